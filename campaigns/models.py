@@ -1,0 +1,149 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from inventory.models import Node, StorageSystem, Tag
+
+
+class CampaignStatus(models.TextChoices):
+    DRAFT = "draft"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+CAMPAIGN_TERMINAL = frozenset({CampaignStatus.SUCCEEDED, CampaignStatus.FAILED, CampaignStatus.CANCELLED})
+
+
+class Campaign(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    kind = models.CharField(max_length=50, default="fio")
+    matrix = models.JSONField(default=dict, blank=True, help_text="parameter name -> list of values (cross product)")
+    fixed = models.JSONField(default=dict, blank=True, help_text="parameters shared by every run")
+    nodes = models.ManyToManyField(Node, blank=True, related_name="campaigns")
+    node_tags = models.ManyToManyField(Tag, blank=True, related_name="campaigns")
+    storage = models.ForeignKey(StorageSystem, null=True, blank=True, on_delete=models.PROTECT, related_name="campaigns")
+    repetitions = models.PositiveIntegerField(default=1)
+    warmup_runs = models.PositiveIntegerField(default=0)
+    flush_storage = models.BooleanField(default=False)
+    flush_clients = models.BooleanField(default=True)
+    run_timeout_s = models.PositiveIntegerField(default=3600)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    status = models.CharField(max_length=20, choices=CampaignStatus.choices, default=CampaignStatus.DRAFT)
+    created_at = models.DateTimeField(auto_now_add=True)
+    launched_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in CAMPAIGN_TERMINAL
+
+
+class RunStatus(models.TextChoices):
+    PENDING = "pending"
+    QUEUED = "queued"
+    PREPARING = "preparing"
+    RUNNING = "running"
+    COLLECTING = "collecting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed-out"
+
+
+RUN_TERMINAL = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT})
+RUN_ACTIVE = frozenset({RunStatus.QUEUED, RunStatus.PREPARING, RunStatus.RUNNING, RunStatus.COLLECTING})
+
+
+class Run(models.Model):
+    """One matrix point x repetition x attempt."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="runs")
+    sequence = models.PositiveIntegerField(help_text="execution order within the campaign")
+    point = models.PositiveIntegerField(help_text="index of the matrix point")
+    params = models.JSONField(default=dict)
+    repetition = models.PositiveIntegerField(help_text="1-based; 0 for a warm-up run")
+    attempt = models.PositiveIntegerField(default=1)
+    is_warmup = models.BooleanField(default=False)
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PENDING, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="last time a task worked on this run")
+    resumes = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    stdout_tail = models.TextField(blank=True)
+    stderr_tail = models.TextField(blank=True)
+    provenance = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["campaign", "sequence"]
+        constraints = [models.UniqueConstraint(fields=["campaign", "sequence"], name="run_unique_sequence")]
+
+    def __str__(self) -> str:
+        return f"{self.campaign.name} #{self.sequence}"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in RUN_TERMINAL
+
+
+class RunHost(models.Model):
+    """What a run did on one host: the exact command, where, its exit code and its full output."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="hosts")
+    node = models.ForeignKey(Node, null=True, on_delete=models.SET_NULL, related_name="run_hosts")
+    host = models.CharField(max_length=100, help_text="node name at the time of the run")
+    address = models.CharField(max_length=255)
+    command = models.TextField()
+    remote_dir = models.CharField(max_length=500)
+    pid = models.IntegerField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    stdout = models.TextField(blank=True)
+    stderr = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["run", "host"]
+        constraints = [models.UniqueConstraint(fields=["run", "host"], name="runhost_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.run} @ {self.host}"
+
+
+class Result(models.Model):
+    """One metric of a run: per host, or the aggregate across hosts when host is empty."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="results")
+    name = models.CharField(max_length=100)
+    value = models.FloatField()
+    unit = models.CharField(max_length=30)
+    host = models.CharField(max_length=100, blank=True, help_text="empty for the aggregate across hosts")
+    labels = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["run", "name", "host"]
+        indexes = [models.Index(fields=["run", "name"])]
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.value} {self.unit}"
+
+
+class NodeLease(models.Model):
+    """A node held by an active run: the unique constraint keeps two runs off one node at once."""
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="lease")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="leases")
+    acquired_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.node} held by {self.run}"

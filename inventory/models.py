@@ -1,0 +1,164 @@
+from __future__ import annotations
+
+from django.db import models
+
+
+class Site(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Tag(models.Model):
+    name = models.SlugField(max_length=64, unique=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Credential(models.Model):
+    """An SSH identity. The private key is encrypted at rest and never shown again after saving."""
+
+    name = models.CharField(max_length=100, unique=True)
+    username = models.CharField(max_length=64)
+    private_key_encrypted = models.TextField(editable=False)
+    public_key = models.TextField(editable=False)
+    fingerprint = models.CharField(max_length=100, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.username})"
+
+
+class NodeStatus(models.TextChoices):
+    ACTIVE = "active"
+    MAINTENANCE = "maintenance"
+    RETIRED = "retired"
+
+
+class NodeRole(models.TextChoices):
+    COMPUTE = "compute"
+    STORAGE_CLIENT = "storage-client"
+    LOGIN = "login"
+    OTHER = "other"
+
+
+class Node(models.Model):
+    site = models.ForeignKey(Site, null=True, blank=True, on_delete=models.SET_NULL, related_name="nodes")
+    name = models.CharField(max_length=100, unique=True)
+    address = models.CharField(max_length=255, help_text="host name or IP address used for SSH")
+    ssh_port = models.PositiveIntegerField(default=22)
+    ssh_user = models.CharField(max_length=64, blank=True, help_text="defaults to the credential's user name")
+    credential = models.ForeignKey(Credential, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes")
+    role = models.CharField(max_length=20, choices=NodeRole.choices, default=NodeRole.COMPUTE)
+    status = models.CharField(max_length=20, choices=NodeStatus.choices, default=NodeStatus.ACTIVE)
+    tags = models.ManyToManyField(Tag, blank=True, related_name="nodes")
+    gpu_model = models.CharField(max_length=100, blank=True)
+    gpu_count = models.PositiveIntegerField(default=0)
+    gpu_memory_mb = models.PositiveIntegerField(null=True, blank=True)
+    cpu_model = models.CharField(max_length=200, blank=True)
+    cpu_cores = models.PositiveIntegerField(null=True, blank=True)
+    ram_mb = models.PositiveIntegerField(null=True, blank=True)
+    container_runtime = models.CharField(max_length=20, blank=True, help_text="docker, podman, enroot, apptainer or empty for bare metal")
+    facts = models.JSONField(default=dict, blank=True)
+    facts_collected_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def login_user(self) -> str:
+        return self.ssh_user or (self.credential.username if self.credential else "root")
+
+
+class InterfaceRole(models.TextChoices):
+    STORAGE = "storage"
+    FABRIC = "fabric"
+    MANAGEMENT = "management"
+    OTHER = "other"
+
+
+class Interface(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="interfaces")
+    name = models.CharField(max_length=64)
+    role = models.CharField(max_length=20, choices=InterfaceRole.choices, default=InterfaceRole.OTHER)
+    speed_mbps = models.PositiveIntegerField(null=True, blank=True)
+    mtu = models.PositiveIntegerField(null=True, blank=True)
+    addresses = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["node", "name"]
+        constraints = [models.UniqueConstraint(fields=["node", "name"], name="interface_unique_per_node")]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}:{self.name}"
+
+
+class StorageKind(models.TextChoices):
+    NFS = "nfs"
+    LUSTRE = "lustre"
+    ISILON = "isilon-powerscale", "Isilon / PowerScale"
+    ONTAP = "ontap"
+    FLASHBLADE = "flashblade"
+    LOCAL = "local"
+    OTHER = "other"
+
+
+class StorageSystem(models.Model):
+    site = models.ForeignKey(Site, null=True, blank=True, on_delete=models.SET_NULL, related_name="storage_systems")
+    name = models.CharField(max_length=100, unique=True)
+    kind = models.CharField(max_length=30, choices=StorageKind.choices, default=StorageKind.NFS)
+    data_addresses = models.JSONField(default=list, blank=True)
+    export_path = models.CharField(max_length=500, blank=True)
+    mount_options = models.CharField(max_length=500, blank=True)
+    flush_command = models.CharField(
+        max_length=500, blank=True, help_text="run over SSH on the admin endpoint, e.g. isi_for_array isi_flush -123k"
+    )
+    admin_address = models.CharField(max_length=255, blank=True)
+    admin_port = models.PositiveIntegerField(default=22)
+    admin_user = models.CharField(max_length=64, blank=True)
+    admin_credential = models.ForeignKey(
+        Credential, null=True, blank=True, on_delete=models.PROTECT, related_name="storage_systems"
+    )
+    rated_read_mbps = models.FloatField(null=True, blank=True, help_text="MB/s")
+    rated_write_mbps = models.FloatField(null=True, blank=True, help_text="MB/s")
+    node_count = models.PositiveIntegerField(default=1)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class HostKey(models.Model):
+    """A pinned SSH host key, recorded at first contact. A later mismatch is a permanent failure."""
+
+    address = models.CharField(max_length=255)
+    port = models.PositiveIntegerField()
+    key_type = models.CharField(max_length=50)
+    key_base64 = models.TextField()
+    fingerprint = models.CharField(max_length=100)
+    first_seen = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["address", "port"]
+        constraints = [models.UniqueConstraint(fields=["address", "port"], name="hostkey_unique_endpoint")]
+
+    def __str__(self) -> str:
+        return f"{self.address}:{self.port} {self.key_type} {self.fingerprint}"

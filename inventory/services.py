@@ -1,0 +1,117 @@
+"""Every state change of the inventory."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+from typing import Any
+
+import paramiko
+from django.db import transaction
+from django.utils import timezone
+
+from inventory.crypto import encrypt
+from inventory.models import Credential, HostKey, Node, StorageSystem, Tag
+
+
+class InventoryError(ValueError):
+    """Bad inventory input; ``field`` names the offending field when there is one."""
+
+    def __init__(self, message: str, *, field: str = "", line: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.line = line
+
+
+def _load_private_key(private_key: str) -> paramiko.PKey:
+    text = private_key.strip() + "\n"
+    for cls in (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey):
+        try:
+            return cls.from_private_key(io.StringIO(text))
+        except (paramiko.SSHException, ValueError, IndexError):
+            continue
+    raise InventoryError(
+        "not a private key paramiko can read (OpenSSH or PEM; ed25519, ECDSA or RSA, without a passphrase)",
+        field="private_key",
+    )
+
+
+def key_fingerprint(key: paramiko.PKey) -> str:
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def credential_create(*, name: str, username: str, private_key: str) -> Credential:
+    key = _load_private_key(private_key)
+    return Credential.objects.create(
+        name=name,
+        username=username,
+        private_key_encrypted=encrypt(private_key.strip() + "\n"),
+        public_key=f"{key.get_name()} {key.get_base64()} {name}",
+        fingerprint=key_fingerprint(key),
+    )
+
+
+def credential_set_key(*, credential: Credential, private_key: str) -> Credential:
+    key = _load_private_key(private_key)
+    credential.private_key_encrypted = encrypt(private_key.strip() + "\n")
+    credential.public_key = f"{key.get_name()} {key.get_base64()} {credential.name}"
+    credential.fingerprint = key_fingerprint(key)
+    credential.save(update_fields=["private_key_encrypted", "public_key", "fingerprint"])
+    return credential
+
+
+def tags_from_names(names: list[str]) -> list[Tag]:
+    return [Tag.objects.get_or_create(name=n.strip())[0] for n in names if n.strip()]
+
+
+def node_upsert(*, name: str, tags: list[str] | None = None, **fields: Any) -> Node:
+    """Create the node or update the given fields of an existing one with that name."""
+    node, _ = Node.objects.update_or_create(name=name, defaults=fields)
+    if tags is not None:
+        node.tags.set(tags_from_names(tags))
+    return node
+
+
+def storage_upsert(*, name: str, **fields: Any) -> StorageSystem:
+    storage, _ = StorageSystem.objects.update_or_create(name=name, defaults=fields)
+    return storage
+
+
+def hostkey_pin(*, address: str, port: int, key: paramiko.PKey) -> HostKey:
+    """Record the key seen at first contact. Returns the pinned key, which may differ from ``key``."""
+    with transaction.atomic():
+        pinned, _ = HostKey.objects.get_or_create(
+            address=address,
+            port=port,
+            defaults={"key_type": key.get_name(), "key_base64": key.get_base64(), "fingerprint": key_fingerprint(key)},
+        )
+    return pinned
+
+
+def hostkey_forget(*, address: str, port: int) -> int:
+    """Forget a pinned key (after a node was reinstalled, by an administrator's decision)."""
+    deleted, _ = HostKey.objects.filter(address=address, port=port).delete()
+    return deleted
+
+
+def node_store_facts(*, node: Node, facts: dict[str, Any]) -> Node:
+    """Store discovered facts and fill the inventory fields that are still empty."""
+    node.facts = facts
+    node.facts_collected_at = timezone.now()
+    fill = {
+        "cpu_model": facts.get("cpu_model"),
+        "cpu_cores": facts.get("cpu_cores"),
+        "ram_mb": facts.get("ram_mb"),
+        "gpu_model": facts.get("gpu_model"),
+        "gpu_count": facts.get("gpu_count"),
+        "gpu_memory_mb": facts.get("gpu_memory_mb"),
+        "container_runtime": (facts.get("container_runtimes") or [None])[0],
+    }
+    for field, value in fill.items():
+        if value and not getattr(node, field):
+            setattr(node, field, value)
+    node.save()
+    return node

@@ -1,0 +1,174 @@
+"""rackbench settings: every value comes from the environment (see README, "Configuration").
+
+With no variables at all the project runs on embedded defaults: a SQLite file and a Celery
+filesystem queue under ``RACKBENCH_DATA_DIR`` (``./var``), so a newcomer needs no server.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from rackbench.env import env_bool, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env_str("RACKBENCH_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _persistent_secret(filename: str, factory) -> str:  # type: ignore[no-untyped-def]
+    """A secret generated once and kept in the data directory, for zero-configuration development."""
+    path = DATA_DIR / filename
+    if not path.exists():
+        path.write_text(factory())
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+DEBUG = env_bool("RACKBENCH_DEBUG", True)
+SECRET_KEY = env_str("RACKBENCH_SECRET_KEY", "") or _persistent_secret("secret_key", lambda: secrets.token_urlsafe(50))
+if not DEBUG and not env_str("RACKBENCH_SECRET_KEY", ""):
+    raise ImproperlyConfigured("RACKBENCH_SECRET_KEY must be set when RACKBENCH_DEBUG is off")
+ALLOWED_HOSTS = env_list("RACKBENCH_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("RACKBENCH_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "inventory",
+    "campaigns",
+    "runners",
+    "api",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "rackbench.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+WSGI_APPLICATION = "rackbench.wsgi.application"
+
+_database_url = env_str("DATABASE_URL", "")
+if _database_url:
+    try:
+        _db = dj_database_url.parse(_database_url, conn_max_age=env_int("RACKBENCH_DB_CONN_MAX_AGE", 60, minimum=0))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"DATABASE_URL is not a database URL Django understands: {exc}") from None
+else:
+    _db = {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(DATA_DIR / "rackbench.sqlite3"),
+        # Web server, worker and beat share the file: wait for locks, take write locks up front.
+        "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"},
+    }
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("RACKBENCH_TIME_ZONE", "UTC")
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(env_str("RACKBENCH_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+LOGIN_URL = "admin:login"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 100,
+    "EXCEPTION_HANDLER": "api.errors.exception_handler",
+}
+
+# --- Celery -------------------------------------------------------------------------------------
+_queue_dir = DATA_DIR / "queue"
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    for sub in ("in", "processed"):
+        (_queue_dir / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_queue_dir / "in"),
+        "data_folder_out": str(_queue_dir / "in"),
+        "processed_folder": str(_queue_dir / "processed"),
+        "store_processed": False,
+    }
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("RACKBENCH_VISIBILITY_TIMEOUT", 3600, minimum=60)}
+CELERY_TASK_IGNORE_RESULT = True  # the database row is the truth, never a Celery result
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_ROUTES = {"runners.tasks.*": {"queue": "ssh"}, "inventory.tasks.*": {"queue": "ssh"}}
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SOFT_TIME_LIMIT = 300
+CELERY_TASK_TIME_LIMIT = 360
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE = {
+    "reconcile-runs": {"task": "campaigns.tasks.reconcile_runs", "schedule": env_float("RACKBENCH_RECONCILE_EVERY", 30.0, minimum=1.0)},
+}
+CELERY_TASK_ALWAYS_EAGER = False
+
+# --- rackbench ----------------------------------------------------------------------------------
+RACKBENCH = {
+    # Fernet keys (comma-separated, newest first) that encrypt credentials at rest.
+    "ENCRYPTION_KEYS": env_list("RACKBENCH_ENCRYPTION_KEYS", []),
+    "MAX_RUNS_PER_CAMPAIGN": env_int("RACKBENCH_MAX_RUNS", 10_000, minimum=1),
+    "SSH_CONNECT_TIMEOUT": env_float("RACKBENCH_SSH_CONNECT_TIMEOUT", 10.0, minimum=0.1),
+    "SSH_COMMAND_TIMEOUT": env_float("RACKBENCH_SSH_COMMAND_TIMEOUT", 120.0, minimum=0.1),
+    "SSH_KEEPALIVE": env_int("RACKBENCH_SSH_KEEPALIVE", 15, minimum=0),
+    "SSH_FANOUT": env_int("RACKBENCH_SSH_FANOUT", 64, minimum=1),
+    "POLL_INTERVAL": env_float("RACKBENCH_POLL_INTERVAL", 2.0, minimum=0.05),
+    "RETRY_MAX": env_int("RACKBENCH_RETRY_MAX", 3, minimum=0),
+    "RETRY_BACKOFF": env_float("RACKBENCH_RETRY_BACKOFF", 2.0, minimum=0.0),
+    "STALE_AFTER": env_float("RACKBENCH_STALE_AFTER", 120.0, minimum=1.0),
+    "MAX_RESUMES": env_int("RACKBENCH_MAX_RESUMES", 3, minimum=0),
+    "REMOTE_ROOT": env_str("RACKBENCH_REMOTE_ROOT", ".rackbench"),
+    "LAB_DIR": Path(env_str("RACKBENCH_LAB_DIR", str(DATA_DIR / "lab"))),
+}
+if not RACKBENCH["ENCRYPTION_KEYS"]:
+    if not DEBUG:
+        raise ImproperlyConfigured("RACKBENCH_ENCRYPTION_KEYS must be set when RACKBENCH_DEBUG is off")
+    from cryptography.fernet import Fernet
+
+    RACKBENCH["ENCRYPTION_KEYS"] = [_persistent_secret("encryption_key", lambda: Fernet.generate_key().decode())]
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("RACKBENCH_LOG_LEVEL", "INFO")},
+    "loggers": {"paramiko": {"level": "WARNING"}},
+}

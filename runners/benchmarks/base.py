@@ -1,0 +1,111 @@
+"""The benchmark plug-in interface: one subclass per benchmark kind, registered by ``kind``.
+
+A plug-in turns a run's parameters into the files and command to run on each host, and the
+tool's output back into metrics. It never touches SSH or the database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+class ParamError(ValueError):
+    """A parameter is invalid. ``field`` names it so the user can find it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class ParseError(ValueError):
+    """The tool's output could not be read."""
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    unit: str
+    higher_is_better: bool
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    value: float
+    unit: str
+    host: str = ""  # empty: the aggregate across hosts
+    labels: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "value": self.value, "unit": self.unit, "host": self.host, "labels": self.labels}
+
+
+@dataclass(frozen=True)
+class HostContext:
+    """Where a run executes on one host."""
+
+    node: str  # node name
+    index: int  # position of the host in the run's host list
+    run_dir: str  # absolute directory of this run on the host; the command starts there
+    data_dir: str  # absolute directory the benchmark may read and write test data in
+
+
+@dataclass(frozen=True)
+class HostCommand:
+    argv: list[str]  # the command, started in ``run_dir``; never passed through a shell unquoted
+    files: dict[str, str] = field(default_factory=dict)  # file name (in run_dir) -> content, written first
+    env: dict[str, str] = field(default_factory=dict)
+
+
+class Benchmark:
+    kind: ClassVar[str]
+    description: ClassVar[str] = ""
+    metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    # A run whose output lacks any of these fails even when every exit code is 0.
+    required_metrics: ClassVar[tuple[str, ...]] = ()
+    # argv printing the tool's version; recorded in the run's provenance.
+    version_argv: ClassVar[list[str]] = []
+
+    def validate(self, params: dict[str, Any]) -> None:
+        """Raise ParamError for a parameter set this benchmark cannot run."""
+
+    def build(self, params: dict[str, Any], host: HostContext) -> HostCommand:
+        raise NotImplementedError
+
+    def parse(self, text: str, *, host: str = "") -> list[Metric]:
+        """Metrics found in one host's output, each tagged with ``host``."""
+        raise NotImplementedError
+
+    def aggregate(self, per_host: list[Metric]) -> list[Metric]:
+        """Aggregate metrics (host="") across hosts from the per-host ones."""
+        return []
+
+    def spec(self, name: str) -> MetricSpec | None:
+        return next((m for m in self.metrics if m.name == name), None)
+
+
+_REGISTRY: dict[str, type[Benchmark]] = {}
+
+
+def register(cls: type[Benchmark]) -> type[Benchmark]:
+    _REGISTRY[cls.kind] = cls
+    return cls
+
+
+def get_benchmark(kind: str) -> Benchmark:
+    from runners import benchmarks  # noqa: F401  (imports every plug-in module, which registers it)
+
+    try:
+        return _REGISTRY[kind]()
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY)) or "none"
+        raise ParamError("kind", f"unknown benchmark kind {kind!r} (known: {known})") from None
+
+
+def benchmark_kinds() -> list[str]:
+    from runners import benchmarks  # noqa: F401
+
+    return sorted(_REGISTRY)

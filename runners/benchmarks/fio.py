@@ -1,0 +1,1 @@
+"""fio plug-in (being written)."""
