@@ -21,11 +21,14 @@ class Campaign(models.Model):
     name = models.CharField(max_length=100, unique=True)
     description = models.TextField(blank=True)
     kind = models.CharField(max_length=50, default="fio")
-    matrix = models.JSONField(default=dict, blank=True, help_text="parameter name -> list of values (cross product)")
+    # [[name, [values...]], ...]: a list, because PostgreSQL's jsonb does not keep a mapping's key order.
+    matrix = models.JSONField(default=list, blank=True, help_text="axes of the parameter matrix (cross product)")
     fixed = models.JSONField(default=dict, blank=True, help_text="parameters shared by every run")
     nodes = models.ManyToManyField(Node, blank=True, related_name="campaigns")
     node_tags = models.ManyToManyField(Tag, blank=True, related_name="campaigns")
-    storage = models.ForeignKey(StorageSystem, null=True, blank=True, on_delete=models.PROTECT, related_name="campaigns")
+    storage = models.ForeignKey(
+        StorageSystem, null=True, blank=True, on_delete=models.PROTECT, related_name="campaigns"
+    )
     repetitions = models.PositiveIntegerField(default=1)
     warmup_runs = models.PositiveIntegerField(default=0)
     flush_storage = models.BooleanField(default=False)
@@ -80,7 +83,9 @@ class Run(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="last time a task worked on this run")
-    resumes = models.PositiveIntegerField(default=0)
+    resumes = models.PositiveIntegerField(default=0, help_text="times the reconciler resumed this run")
+    # Each poll chain carries a token; a resumed run gets a new one, so a stale chain stops by itself.
+    poll_token = models.CharField(max_length=32, blank=True)
     error = models.TextField(blank=True)
     stdout_tail = models.TextField(blank=True)
     stderr_tail = models.TextField(blank=True)

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from inventory.crypto import encrypt
-from inventory.models import Credential, HostKey, Node, StorageSystem, Tag
+from inventory.models import Credential, HostKey, Interface, Node, Site, StorageSystem, Tag
 
 
 class InventoryError(ValueError):
@@ -39,8 +39,7 @@ def _load_private_key(private_key: str) -> paramiko.PKey:
 
 
 def key_fingerprint(key: paramiko.PKey) -> str:
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+    return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
 
 
 def credential_create(*, name: str, username: str, private_key: str) -> Credential:
@@ -80,13 +79,15 @@ def storage_upsert(*, name: str, **fields: Any) -> StorageSystem:
     return storage
 
 
-def hostkey_pin(*, address: str, port: int, key: paramiko.PKey) -> HostKey:
-    """Record the key seen at first contact. Returns the pinned key, which may differ from ``key``."""
+def hostkey_pin(*, address: str, port: int, key_type: str, key_base64: str) -> HostKey:
+    """Record the key seen at first contact. Returns the pinned key, which may differ from the one given."""
+    digest = hashlib.sha256(base64.b64decode(key_base64)).digest()
+    fingerprint = "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
     with transaction.atomic():
         pinned, _ = HostKey.objects.get_or_create(
             address=address,
             port=port,
-            defaults={"key_type": key.get_name(), "key_base64": key.get_base64(), "fingerprint": key_fingerprint(key)},
+            defaults={"key_type": key_type, "key_base64": key_base64, "fingerprint": fingerprint},
         )
     return pinned
 
@@ -115,3 +116,42 @@ def node_store_facts(*, node: Node, facts: dict[str, Any]) -> Node:
             setattr(node, field, value)
     node.save()
     return node
+
+
+def credential_key_check(*, private_key: str) -> None:
+    """Raise InventoryError unless the text is a private key paramiko can use (for forms, before saving)."""
+    _load_private_key(private_key)
+
+
+def credential_update(*, credential: Credential, name: str, username: str) -> Credential:
+    """Rename a credential or change its user; the key is changed only by ``credential_set_key``."""
+    credential.name = name
+    credential.username = username
+    credential.save(update_fields=["name", "username"])
+    return credential
+
+
+def site_ensure(*, name: str) -> Site:
+    site, _ = Site.objects.get_or_create(name=name)
+    return site
+
+
+def node_sync_interfaces(*, node: Node, nics: list[dict[str, Any]]) -> list[Interface]:
+    """Create or update one Interface per discovered NIC.
+
+    Discovery owns speed, MTU and addresses; the role is the user's and is never changed here. Interfaces
+    that were not discovered this time are kept (a NIC may be down or renamed; an administrator decides).
+    """
+    interfaces = []
+    for nic in nics:
+        interface, _ = Interface.objects.update_or_create(
+            node=node,
+            name=nic["name"],
+            defaults={
+                "speed_mbps": nic.get("speed_mbps"),
+                "mtu": nic.get("mtu"),
+                "addresses": nic.get("addresses") or [],
+            },
+        )
+        interfaces.append(interface)
+    return interfaces

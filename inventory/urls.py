@@ -1,4 +1,3 @@
-from django.urls import path
 
 app_name = "inventory"
 urlpatterns: list = []

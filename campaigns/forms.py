@@ -1,0 +1,142 @@
+"""The "new fio campaign" form: it builds the campaign-as-code dict (campaigns/spec.py) from a few inputs.
+
+Fixed parameters are ``key=value`` lines and matrix axes ``key=v1,v2,v3`` lines. A value is read as a whole
+number, a decimal number, ``true``/``false`` or else text, as a value in a campaign YAML file would mostly be.
+The form checks only the shape of its inputs; the campaign itself is validated by ``campaign_apply`` (the
+same code as ``manage.py campaign apply``), whose errors are shown next to the field they name.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django import forms
+
+from campaigns import services
+from campaigns.models import Campaign
+from campaigns.spec import SpecError
+from inventory.models import Node, NodeStatus, StorageSystem
+
+KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+INT_RE = re.compile(r"^[+-]?\d+$")
+FLOAT_RE = re.compile(r"^[+-]?(\d+\.\d*|\.\d+)$")
+# spec field (before any "." or "[") -> form field, where their names differ
+SPEC_FIELDS = {"node_tags": "nodes"}
+
+
+def parse_value(text: str) -> Any:
+    if INT_RE.match(text):
+        return int(text)
+    if FLOAT_RE.match(text):
+        return float(text)
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return text
+
+
+def parse_lines(text: str, *, many: bool) -> dict[str, Any]:
+    """``key=value`` lines (``key=v1,v2`` lists when ``many``) into a dict; blank and ``#`` lines are skipped."""
+    result: dict[str, Any] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = (part.strip() for part in line.partition("="))
+        example = "key=v1,v2,v3" if many else "key=value"
+        if not sep or not KEY_RE.match(key):
+            raise forms.ValidationError(f"line {number}: expected {example}, got {line!r}")
+        if key in result:
+            raise forms.ValidationError(f"line {number}: {key} is set twice")
+        values = [v.strip() for v in value.split(",")] if many else [value]
+        if any(v == "" for v in values):
+            raise forms.ValidationError(f"line {number}: {key} has an empty value")
+        parsed = [parse_value(v) for v in values]
+        result[key] = parsed if many else parsed[0]
+    return result
+
+
+class CampaignForm(forms.Form):
+    name = forms.CharField(max_length=100, help_text="Unique; letters, digits, '.', '_' or '-'.")
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    nodes = forms.ModelMultipleChoiceField(
+        queryset=Node.objects.filter(status=NodeStatus.ACTIVE).order_by("name"),
+        to_field_name="name",
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Every run uses all the selected nodes at once.",
+    )
+    storage = forms.ModelChoiceField(
+        queryset=StorageSystem.objects.order_by("name"),
+        to_field_name="name",
+        required=False,
+        empty_label="(none)",
+        help_text="Optional: its export path holds the test data; needed to flush the storage cache.",
+    )
+    repetitions = forms.IntegerField(min_value=1, initial=1)
+    warmup_runs = forms.IntegerField(
+        min_value=0, initial=0, label="Warm-up runs", help_text="Per matrix point; left out of statistics."
+    )
+    timeout = forms.IntegerField(min_value=1, initial=3600, label="Timeout (s)", help_text="Per run.")
+    flush_clients = forms.BooleanField(required=False, initial=True, label="Flush client caches before each run")
+    flush_storage = forms.BooleanField(required=False, initial=False, label="Flush the storage cache before each run")
+    fixed = forms.CharField(
+        label="Fixed parameters",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "placeholder": "bs=1M\nsize=64M"}),
+        help_text="One key=value per line; shared by every run.",
+    )
+    matrix = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "placeholder": "rw=read,randread\nnumjobs=1,4,16"}),
+        help_text="One key=v1,v2,v3 per line; every combination is run (full cross product).",
+    )
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"].strip()
+        if Campaign.objects.filter(name=name).exists():
+            raise forms.ValidationError(f"a campaign named {name!r} already exists")
+        return name
+
+    def clean_fixed(self) -> dict[str, Any]:
+        return parse_lines(self.cleaned_data["fixed"], many=False)
+
+    def clean_matrix(self) -> dict[str, list[Any]]:
+        return parse_lines(self.cleaned_data["matrix"], many=True)
+
+    def to_spec(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        spec: dict[str, Any] = {
+            "name": data["name"],
+            "description": data["description"],
+            "kind": "fio",
+            "nodes": [node.name for node in data["nodes"]],
+            "repetitions": data["repetitions"],
+            "warmup_runs": data["warmup_runs"],
+            "cache": {"flush_clients": data["flush_clients"], "flush_storage": data["flush_storage"]},
+            "timeout": data["timeout"],
+            "fixed": data["fixed"],
+            "matrix": data["matrix"],
+        }
+        if data["storage"]:
+            spec["storage"] = data["storage"].name
+        return spec
+
+    def save(self, *, owner: Any) -> Campaign | None:
+        """Create the campaign; None (and the error shown on the form) when the definition is invalid."""
+        try:
+            return services.campaign_apply(data=self.to_spec(), owner=owner)
+        except SpecError as exc:
+            self.add_spec_error(exc)
+        except services.CampaignError as exc:
+            self.add_error(exc.field if exc.field in self.fields else None, exc.message)
+        return None
+
+    def add_spec_error(self, exc: SpecError) -> None:
+        head = re.split(r"[.\[]", exc.field, maxsplit=1)[0]
+        rest = exc.field[len(head) :].lstrip(".")  # "matrix.rw[0]" -> "matrix", "rw[0]"
+        field: str | None = rest if head == "cache" else SPEC_FIELDS.get(head, head)
+        if field not in self.fields:
+            field = None
+        # Name the parameter ("rw[0]: ..."), so the user knows which line; "nodes[2]" messages name the node.
+        detail = rest if head in ("matrix", "fixed") else ""
+        self.add_error(field, f"{detail}: {exc.message}" if detail else exc.message)

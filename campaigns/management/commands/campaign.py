@@ -1,0 +1,192 @@
+"""Campaign as code: apply, preview, run, show, export, clone, cancel, list."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from campaigns import selectors, services
+from campaigns.models import Campaign, CampaignStatus
+from campaigns.spec import SpecError, load_yaml, to_yaml
+
+STATUS_EXIT = {CampaignStatus.SUCCEEDED: 0}
+
+
+class Command(BaseCommand):
+    help = "Manage campaigns as code (see examples/campaigns/ and the README)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        p = sub.add_parser("apply", help="create or update campaigns from YAML files")
+        p.add_argument("files", nargs="+")
+        p = sub.add_parser("preview", help="how many runs and the exact command of each point on each host")
+        p.add_argument("name")
+        p.add_argument("--json", action="store_true")
+        p = sub.add_parser("run", help="launch a campaign")
+        p.add_argument("name")
+        p.add_argument("--wait", action="store_true", help="print progress until it ends, then a results table")
+        p.add_argument("--timeout", type=float, default=0, help="give up waiting after this many seconds")
+        p = sub.add_parser("show", help="a campaign with its runs and statistics")
+        p.add_argument("name")
+        p.add_argument("--json", action="store_true")
+        p = sub.add_parser("export", help="print the campaign as YAML")
+        p.add_argument("name")
+        p = sub.add_parser("clone", help="copy a campaign's definition under a new name")
+        p.add_argument("name")
+        p.add_argument("new_name")
+        p = sub.add_parser("cancel", help="cancel a running campaign")
+        p.add_argument("name")
+        sub.add_parser("list", help="every campaign with its status")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        try:
+            getattr(self, "do_" + opts["action"])(**opts)
+        except (SpecError, services.CampaignError) as exc:
+            raise CommandError(str(exc)) from None
+
+    def _get(self, name: str) -> Campaign:
+        campaign = Campaign.objects.filter(name=name).first()
+        if campaign is None:
+            raise CommandError(f"no campaign named {name!r}")
+        return campaign
+
+    def do_apply(self, files: list[str], **_: Any) -> None:
+        for file in files:
+            try:
+                text = Path(file).read_text()
+            except OSError as exc:
+                raise CommandError(f"{file}: {exc.strerror}") from None
+            try:
+                campaign = services.campaign_apply(data=load_yaml(text))
+            except SpecError as exc:
+                raise CommandError(f"{file}: {exc}") from None
+            count = selectors.campaign_preview(campaign=campaign, max_points=0)["runs"]
+            self.stdout.write(f"applied {campaign.name}: {count} runs")
+
+    def do_preview(self, name: str, json: bool = False, **_: Any) -> None:
+        preview = selectors.campaign_preview(campaign=self._get(name))
+        if json:
+            self.stdout.write(_json(preview))
+            return
+        self.stdout.write(
+            f"{preview['runs']} runs = {preview['points']} points x ({preview['repetitions']} repetitions"
+            f" + {preview['warmup_runs']} warm-up) on {', '.join(preview['nodes'])}"
+        )
+        for point in preview["shown"]:
+            self.stdout.write(f"\npoint {point['point']}: {point['params']}")
+            for host in point["hosts"]:
+                self.stdout.write(f"  {host['host']}: {host['command']}")
+
+    def do_run(self, name: str, wait: bool = False, timeout: float = 0, **_: Any) -> None:
+        campaign = services.campaign_launch(campaign=self._get(name))
+        self.stdout.write(f"launched {campaign.name}: {campaign.runs.count()} runs")
+        if not wait:
+            return
+        campaign = self._wait(campaign, timeout)
+        self._print_summary(campaign)
+        if campaign.status != CampaignStatus.SUCCEEDED:
+            raise CommandError(f"campaign {campaign.name} {campaign.status}")
+
+    def _wait(self, campaign: Campaign, timeout: float) -> Campaign:
+        started = time.monotonic()
+        last = None
+        while True:
+            campaign.refresh_from_db()
+            progress = selectors.campaign_progress(campaign=campaign)
+            line = f"{campaign.status}: {progress['done']}/{progress['total']} runs done " + " ".join(
+                f"{s}={n}" for s, n in sorted(progress["by_status"].items())
+            )
+            if line != last:
+                self.stdout.write(line)
+                last = line
+            if campaign.is_terminal:
+                return campaign
+            if timeout and time.monotonic() - started > timeout:
+                raise CommandError(f"gave up waiting after {timeout:g} s; the campaign goes on")
+            time.sleep(1)
+
+    def _print_summary(self, campaign: Campaign) -> None:
+        for run in campaign.runs.exclude(error="").order_by("sequence"):
+            self.stdout.write(f"run #{run.sequence} {run.status}: {run.error}")
+        rows = selectors.campaign_summary(campaign=campaign)
+        if not rows:
+            self.stdout.write("no results")
+            return
+        table = [["point", "params", "metric", "n", "mean", "stdev", "min", "max", "unit"]]
+        for r in rows:
+            params = " ".join(f"{k}={v}" for k, v in r["params"].items() if k in dict(campaign.matrix))
+            table.append(
+                [
+                    str(r["point"]),
+                    params,
+                    r["metric"],
+                    str(r["n"]),
+                    _num(r["mean"]),
+                    _num(r["stdev"]),
+                    _num(r["min"]),
+                    _num(r["max"]),
+                    r["unit"],
+                ]  # fmt: skip
+            )
+        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+        for row in table:
+            self.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+    def do_show(self, name: str, json: bool = False, **_: Any) -> None:
+        campaign = self._get(name)
+        runs = [
+            {
+                "sequence": r.sequence,
+                "point": r.point,
+                "repetition": r.repetition,
+                "warmup": r.is_warmup,
+                "status": r.status,
+                "params": r.params,
+                "error": r.error,
+                "results": [{"name": m.name, "value": m.value, "unit": m.unit} for m in r.aggregates],
+            }
+            for r in selectors.campaign_runs(campaign=campaign)
+        ]
+        data = {
+            "name": campaign.name,
+            "status": campaign.status,
+            "kind": campaign.kind,
+            "progress": selectors.campaign_progress(campaign=campaign),
+            "definition": selectors.campaign_spec(campaign=campaign),
+            "runs": runs,
+            "summary": selectors.campaign_summary(campaign=campaign),
+        }
+        if json:
+            self.stdout.write(_json(data))
+            return
+        self.stdout.write(f"{campaign.name} [{campaign.kind}] {campaign.status}")
+        for run in runs:
+            self.stdout.write(f"  #{run['sequence']:<4} {run['status']:<10} {run['params']} {run['error'][:120]}")
+        self._print_summary(campaign)
+
+    def do_export(self, name: str, **_: Any) -> None:
+        self.stdout.write(to_yaml(selectors.campaign_spec(campaign=self._get(name))).rstrip())
+
+    def do_clone(self, name: str, new_name: str, **_: Any) -> None:
+        clone = services.campaign_clone(campaign=self._get(name), name=new_name)
+        self.stdout.write(f"cloned {name} as {clone.name}")
+
+    def do_cancel(self, name: str, **_: Any) -> None:
+        campaign = services.campaign_cancel(campaign=self._get(name))
+        self.stdout.write(f"{campaign.name} {campaign.status}")
+
+    def do_list(self, **_: Any) -> None:
+        for c in selectors.campaign_list():
+            self.stdout.write(f"{c.name:<40} {c.kind:<8} {c.status:<10} {c.run_done}/{c.run_total} runs")
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6g}"
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, indent=2, default=str)

@@ -1,0 +1,136 @@
+"""Reads used by views, the API and management commands."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from django.db.models import Count, Prefetch, Q, QuerySet
+
+from campaigns import planning
+from campaigns.models import RUN_TERMINAL, Campaign, Result, Run, RunStatus
+from runners.benchmarks.base import HostContext, get_benchmark
+
+PREVIEW_HOME = "~"  # the real home directory is only known once a worker reaches the host
+
+
+def campaign_list() -> QuerySet[Campaign]:
+    return Campaign.objects.annotate(
+        run_total=Count("runs"),
+        run_done=Count("runs", filter=Q(runs__status__in=RUN_TERMINAL)),
+        run_failed=Count("runs", filter=Q(runs__status__in=[RunStatus.FAILED, RunStatus.TIMED_OUT])),
+    ).order_by("-created_at")
+
+
+def campaign_progress(*, campaign: Campaign) -> dict[str, Any]:
+    counts = dict(campaign.runs.values_list("status").annotate(n=Count("id")))
+    total = sum(counts.values())
+    done = sum(n for s, n in counts.items() if s in RUN_TERMINAL)
+    return {"total": total, "done": done, "by_status": counts, "percent": round(100 * done / total) if total else 0}
+
+
+def campaign_runs(*, campaign: Campaign) -> QuerySet[Run]:
+    return campaign.runs.order_by("sequence").prefetch_related(
+        Prefetch("results", queryset=Result.objects.filter(host="", labels={}).order_by("name"), to_attr="aggregates")
+    )
+
+
+def run_detail(*, run_id: int) -> Run:
+    return Run.objects.select_related("campaign").prefetch_related("hosts", "results").get(pk=run_id)
+
+
+def campaign_spec(*, campaign: Campaign) -> dict[str, Any]:
+    """The campaign's definition in the YAML format (what `campaign export` writes)."""
+    data: dict[str, Any] = {"name": campaign.name}
+    if campaign.description:
+        data["description"] = campaign.description
+    data["kind"] = campaign.kind
+    nodes = [n.name for n in campaign.nodes.all()]
+    tags = [t.name for t in campaign.node_tags.all()]
+    if nodes:
+        data["nodes"] = nodes
+    if tags:
+        data["node_tags"] = tags
+    if campaign.storage:
+        data["storage"] = campaign.storage.name
+    data.update(
+        repetitions=campaign.repetitions,
+        warmup_runs=campaign.warmup_runs,
+        cache={"flush_clients": campaign.flush_clients, "flush_storage": campaign.flush_storage},
+        timeout=campaign.run_timeout_s,
+        fixed=dict(campaign.fixed),
+        matrix={name: list(values) for name, values in campaign.matrix},
+    )
+    return data
+
+
+def campaign_preview(*, campaign: Campaign, max_points: int = 50) -> dict[str, Any]:
+    """How many runs the campaign expands to and the exact command of each matrix point on each host."""
+    from campaigns.services import campaign_target_nodes
+    from runners.execution import data_dir_for, display_command
+
+    benchmark = get_benchmark(campaign.kind)
+    nodes = campaign_target_nodes(campaign=campaign)
+    root = f"{PREVIEW_HOME}/.rackbench"
+    points = []
+    placeholder = Run(campaign=campaign, pk=0)
+    for index, params in enumerate(planning.expand(campaign.matrix, campaign.fixed)):
+        if index >= max_points:
+            break
+        hosts = []
+        for i, node in enumerate(nodes):
+            run_dir = f"{root}/{node.name}/run-<id>"
+            ctx = HostContext(
+                node=node.name, index=i, run_dir=run_dir, data_dir=data_dir_for(placeholder, node.name, root)
+            )
+            command = benchmark.build(params, ctx)
+            hosts.append(
+                {
+                    "host": node.name,
+                    "address": node.address,
+                    "command": display_command(run_dir, command.argv, command.env),
+                    "files": command.files,
+                }
+            )
+        points.append({"point": index, "params": params, "hosts": hosts})
+    return {
+        "points": planning.point_count(campaign.matrix),
+        "runs": planning.run_count(campaign.matrix, repetitions=campaign.repetitions, warmup_runs=campaign.warmup_runs),
+        "repetitions": campaign.repetitions,
+        "warmup_runs": campaign.warmup_runs,
+        "nodes": [n.name for n in nodes],
+        "flush": {"clients": campaign.flush_clients, "storage": campaign.flush_storage},
+        "shown": points,
+    }
+
+
+def describe(values: list[float]) -> dict[str, float | int | None]:
+    n = len(values)
+    mean = statistics.fmean(values)
+    stdev = statistics.stdev(values) if n > 1 else 0.0
+    return {
+        "n": n,
+        "mean": mean,
+        "median": statistics.median(values),
+        "stdev": stdev,
+        "min": min(values),
+        "max": max(values),
+        "cv": (stdev / mean) if mean else None,
+    }
+
+
+def campaign_summary(*, campaign: Campaign) -> list[dict[str, Any]]:
+    """Per matrix point and aggregate metric: statistics over the succeeded repetitions (warm-ups excluded)."""
+    rows = (
+        Result.objects.filter(run__campaign=campaign, run__status=RunStatus.SUCCEEDED, run__is_warmup=False, host="")
+        .filter(labels={})
+        .values_list("run__point", "run__params", "name", "unit", "value")
+        .order_by("run__point", "name")
+    )
+    grouped: dict[tuple[int, str], dict[str, Any]] = {}
+    values: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for point, params, name, unit, value in rows:
+        grouped.setdefault((point, name), {"point": point, "params": params, "metric": name, "unit": unit})
+        values[(point, name)].append(value)
+    return [{**meta, **describe(values[key])} for key, meta in grouped.items()]

@@ -1,0 +1,339 @@
+"""Every state change of campaigns and runs.
+
+Transitions are conditional updates (``filter(pk=..., status__in=OLD).update(status=NEW)``) whose row
+count is checked, so a redelivered or duplicated task does no harm.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from campaigns import planning
+from campaigns import spec as spec_module
+from campaigns.models import (
+    RUN_ACTIVE,
+    RUN_TERMINAL,
+    Campaign,
+    CampaignStatus,
+    NodeLease,
+    Result,
+    Run,
+    RunHost,
+    RunStatus,
+)
+from campaigns.spec import SpecError
+from inventory.models import Node, NodeStatus, StorageSystem, Tag
+from runners.benchmarks.base import Metric
+
+log = logging.getLogger(__name__)
+
+
+class CampaignError(ValueError):
+    """An action that cannot be done; ``conflict`` marks an invalid state transition (HTTP 409)."""
+
+    def __init__(self, message: str, *, field: str = "", conflict: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.conflict = conflict
+
+
+# --- definition ---------------------------------------------------------------------------------
+
+
+def campaign_apply(*, data: dict[str, Any], owner: Any = None) -> Campaign:
+    """Create or update a campaign from its definition (campaign as code). All or nothing."""
+    spec = spec_module.validate(data)
+    limit = settings.RACKBENCH["MAX_RUNS_PER_CAMPAIGN"]
+    count = planning.run_count(spec["matrix"], repetitions=spec["repetitions"], warmup_runs=spec["warmup_runs"])
+    if count > limit:
+        raise SpecError("matrix", f"expands to {count:,} runs, more than the limit of {limit:,} (RACKBENCH_MAX_RUNS)")
+    nodes = _resolve_nodes(spec["nodes"])
+    tags = _resolve_tags(spec["node_tags"])
+    storage = _resolve_storage(spec["storage"])
+    if spec["flush_storage"] and storage is None:
+        raise SpecError("cache.flush_storage", "is true but the campaign names no storage system")
+    with transaction.atomic():
+        campaign = Campaign.objects.select_for_update().filter(name=spec["name"]).first()
+        if campaign and campaign.status != CampaignStatus.DRAFT:
+            raise CampaignError(
+                f"campaign {campaign.name} is {campaign.status}; a launched campaign cannot be changed "
+                f"(clone it: manage.py campaign clone {campaign.name} NEW_NAME)",
+                conflict=True,
+            )
+        campaign = campaign or Campaign(name=spec["name"], owner=owner)
+        campaign.description = spec["description"]
+        campaign.kind = spec["kind"]
+        campaign.matrix = spec["matrix"]
+        campaign.fixed = spec["fixed"]
+        campaign.storage = storage
+        campaign.repetitions = spec["repetitions"]
+        campaign.warmup_runs = spec["warmup_runs"]
+        campaign.flush_clients = spec["flush_clients"]
+        campaign.flush_storage = spec["flush_storage"]
+        campaign.run_timeout_s = spec["timeout"]
+        campaign.save()
+        campaign.nodes.set(nodes)
+        campaign.node_tags.set(tags)
+    return campaign
+
+
+def _resolve_nodes(names: list[str]) -> list[Node]:
+    found = {n.name: n for n in Node.objects.filter(name__in=names)}
+    for i, name in enumerate(names):
+        if name not in found:
+            raise SpecError(f"nodes[{i}]", f"no node named {name!r} in the inventory")
+    return [found[n] for n in names]
+
+
+def _resolve_tags(names: list[str]) -> list[Tag]:
+    found = {t.name: t for t in Tag.objects.filter(name__in=names)}
+    for i, name in enumerate(names):
+        if name not in found:
+            raise SpecError(f"node_tags[{i}]", f"no node carries the tag {name!r}")
+    return [found[n] for n in names]
+
+
+def _resolve_storage(name: str) -> StorageSystem | None:
+    if not name:
+        return None
+    storage = StorageSystem.objects.filter(name=name).first()
+    if storage is None:
+        raise SpecError("storage", f"no storage system named {name!r} in the inventory")
+    return storage
+
+
+def campaign_clone(*, campaign: Campaign, name: str, owner: Any = None) -> Campaign:
+    from campaigns.selectors import campaign_spec
+
+    data = campaign_spec(campaign=campaign)
+    data["name"] = name
+    if Campaign.objects.filter(name=name).exists():
+        raise SpecError("name", f"a campaign named {name!r} already exists")
+    return campaign_apply(data=data, owner=owner)
+
+
+# --- launch and scheduling ----------------------------------------------------------------------
+
+
+def campaign_target_nodes(*, campaign: Campaign) -> list[Node]:
+    """The nodes a run of the campaign uses: the named ones plus active nodes with a selected tag."""
+    explicit = list(campaign.nodes.all())
+    tagged = Node.objects.filter(tags__in=campaign.node_tags.all(), status=NodeStatus.ACTIVE).distinct()
+    nodes = {n.pk: n for n in explicit}
+    for node in tagged:
+        nodes.setdefault(node.pk, node)
+    return sorted(nodes.values(), key=lambda n: n.name)
+
+
+def campaign_launch(*, campaign: Campaign, user: Any = None) -> Campaign:
+    """Create every run of the campaign and start the first; draft -> running."""
+    from campaigns.tasks import campaign_advance_task
+
+    nodes = campaign_target_nodes(campaign=campaign)
+    if not nodes:
+        raise CampaignError("the campaign selects no active node", field="nodes")
+    unusable = [n.name for n in nodes if n.status != NodeStatus.ACTIVE]
+    if unusable:
+        raise CampaignError(f"nodes not active (maintenance or retired): {', '.join(unusable)}", field="nodes")
+    with transaction.atomic():
+        updated = Campaign.objects.filter(pk=campaign.pk, status=CampaignStatus.DRAFT).update(
+            status=CampaignStatus.RUNNING, launched_at=timezone.now()
+        )
+        if not updated:
+            campaign.refresh_from_db()
+            raise CampaignError(f"campaign {campaign.name} is already {campaign.status}", conflict=True)
+        planned = planning.plan(
+            campaign.matrix, campaign.fixed, repetitions=campaign.repetitions, warmup_runs=campaign.warmup_runs
+        )
+        runs = Run.objects.bulk_create(
+            Run(
+                campaign=campaign,
+                sequence=p.sequence,
+                point=p.point,
+                params=p.params,
+                repetition=p.repetition,
+                is_warmup=p.is_warmup,
+            )
+            for p in planned
+        )
+        runs = list(Run.objects.filter(campaign=campaign).order_by("sequence"))
+        RunHost.objects.bulk_create(
+            RunHost(run=run, node=node, host=node.name, address=node.address, command="", remote_dir="")
+            for run in runs
+            for node in nodes
+        )
+        transaction.on_commit(lambda: campaign_advance_task.delay(campaign.pk))
+    campaign.refresh_from_db()
+    return campaign
+
+
+def campaign_advance(*, campaign_id: int) -> str:
+    """Start the campaign's next pending run if nothing of it is active and its nodes are free.
+
+    Returns what happened: "started", "busy" (another run holds a node: try again later), "active",
+    "finished" or "idle".
+    """
+    from runners.tasks import run_start_task
+
+    with transaction.atomic():
+        campaign = Campaign.objects.select_for_update().filter(pk=campaign_id).first()
+        if campaign is None or campaign.status != CampaignStatus.RUNNING:
+            return "idle"
+        if campaign.runs.filter(status__in=RUN_ACTIVE).exists():
+            return "active"
+        run = campaign.runs.filter(status=RunStatus.PENDING).order_by("sequence").first()
+        if run is None:
+            campaign_finish(campaign=campaign)
+            return "finished"
+        node_ids = list(run.hosts.values_list("node_id", flat=True))
+        try:
+            with transaction.atomic():
+                NodeLease.objects.bulk_create(NodeLease(node_id=n, run=run) for n in node_ids if n)
+        except IntegrityError:
+            return "busy"
+        now = timezone.now()
+        Run.objects.filter(pk=run.pk, status=RunStatus.PENDING).update(
+            status=RunStatus.QUEUED, queued_at=now, heartbeat_at=now
+        )
+        transaction.on_commit(lambda: run_start_task.delay(run.pk))
+    return "started"
+
+
+def campaign_finish(*, campaign: Campaign) -> bool:
+    """running -> succeeded (every run succeeded) or failed; only when no run is left to do."""
+    if campaign.runs.exclude(status__in=RUN_TERMINAL).exists():
+        return False
+    failed = campaign.runs.exclude(status=RunStatus.SUCCEEDED).exists()
+    status = CampaignStatus.FAILED if failed else CampaignStatus.SUCCEEDED
+    return bool(
+        Campaign.objects.filter(pk=campaign.pk, status=CampaignStatus.RUNNING).update(
+            status=status, finished_at=timezone.now()
+        )
+    )
+
+
+def campaign_cancel(*, campaign: Campaign) -> Campaign:
+    """Cancel a running campaign: pending runs are cancelled, active ones killed on their hosts."""
+    from runners.tasks import run_kill_task
+
+    with transaction.atomic():
+        updated = Campaign.objects.filter(pk=campaign.pk, status=CampaignStatus.RUNNING).update(
+            status=CampaignStatus.CANCELLED, finished_at=timezone.now()
+        )
+        if not updated:
+            campaign.refresh_from_db()
+            raise CampaignError(f"campaign {campaign.name} is {campaign.status}, not running", conflict=True)
+        now = timezone.now()
+        campaign.runs.filter(status=RunStatus.PENDING).update(
+            status=RunStatus.CANCELLED, finished_at=now, error="campaign cancelled"
+        )
+        active = list(campaign.runs.filter(status__in=RUN_ACTIVE).values_list("pk", flat=True))
+        for run_id in active:
+            run_finish(run_id=run_id, status=RunStatus.CANCELLED, error="cancelled by the user")
+            transaction.on_commit(lambda run_id=run_id: run_kill_task.delay(run_id))
+    campaign.refresh_from_db()
+    return campaign
+
+
+# --- runs -----------------------------------------------------------------------------------------
+
+
+def run_transition(*, run_id: int, old: Iterable[str], new: str, **fields: Any) -> bool:
+    """Move a run from one of ``old`` to ``new``; False (and no change) when it was elsewhere."""
+    fields.setdefault("heartbeat_at", timezone.now())
+    return bool(Run.objects.filter(pk=run_id, status__in=list(old)).update(status=new, **fields))
+
+
+def run_heartbeat(*, run_id: int) -> None:
+    Run.objects.filter(pk=run_id).update(heartbeat_at=timezone.now())
+
+
+def run_finish(*, run_id: int, status: str, error: str = "") -> bool:
+    """Put an active run in a terminal state, free its nodes and let its campaign go on."""
+    from campaigns.tasks import campaign_advance_task
+
+    assert status in RUN_TERMINAL
+    with transaction.atomic():
+        done = run_transition(
+            run_id=run_id,
+            old=[RunStatus.PENDING, *RUN_ACTIVE],
+            new=status,
+            finished_at=timezone.now(),
+            error=error[:10_000],
+        )
+        if done:
+            NodeLease.objects.filter(run_id=run_id).delete()
+            campaign_id = Run.objects.values_list("campaign_id", flat=True).get(pk=run_id)
+            transaction.on_commit(lambda: campaign_advance_task.delay(campaign_id))
+    return done
+
+
+def run_mark_failed(*, run_id: int, error: str) -> bool:
+    return run_finish(run_id=run_id, status=RunStatus.FAILED, error=error)
+
+
+def run_new_poll_token(*, run_id: int) -> str:
+    token = uuid.uuid4().hex
+    Run.objects.filter(pk=run_id).update(poll_token=token, heartbeat_at=timezone.now())
+    return token
+
+
+def run_store_results(*, run: Run, metrics: list[Metric]) -> int:
+    """Replace the run's results (collecting twice stores them once)."""
+    with transaction.atomic():
+        run.results.all().delete()
+        rows = Result.objects.bulk_create(
+            Result(run=run, name=m.name, value=m.value, unit=m.unit, host=m.host, labels=m.labels) for m in metrics
+        )
+    return len(rows)
+
+
+def results_import(*, campaign: Campaign, kind: str, outputs: list[tuple[str, str]]) -> Run:
+    """Store results of a run made by hand outside rackbench (one output per host: (host, text)).
+
+    The run is added to the campaign as a succeeded run flagged ``imported`` in its provenance; the
+    campaign's status is left alone.
+    """
+    from runners.benchmarks.base import get_benchmark
+
+    if kind != campaign.kind:
+        raise CampaignError(f"campaign {campaign.name} is a {campaign.kind} campaign, not {kind}", field="kind")
+    benchmark = get_benchmark(kind)
+    per_host: list[Metric] = []
+    for host, text in outputs:
+        per_host += benchmark.parse(text, host=host)
+    metrics = per_host + benchmark.aggregate(per_host)
+    with transaction.atomic():
+        last = campaign.runs.select_for_update().order_by("-sequence").first()
+        now = timezone.now()
+        run = Run.objects.create(
+            campaign=campaign,
+            sequence=(last.sequence if last else 0) + 1,
+            point=0,
+            params={},
+            repetition=1,
+            status=RunStatus.SUCCEEDED,
+            started_at=now,
+            finished_at=now,
+            provenance={"imported": True, "files": [h for h, _ in outputs]},
+        )
+        RunHost.objects.bulk_create(
+            RunHost(run=run, host=host, address="", command="(imported)", remote_dir="", stdout=text)
+            for host, text in outputs
+        )
+        run_store_results(run=run, metrics=metrics)
+    return run
+
+
+def stale_runs(*, older_than: float) -> Any:
+    cutoff = timezone.now() - timezone.timedelta(seconds=older_than)
+    return Run.objects.filter(status__in=RUN_ACTIVE).filter(Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at=None))

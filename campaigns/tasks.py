@@ -1,0 +1,66 @@
+"""Campaign-level tasks (the "default" queue): advancing campaigns and reconciling lost runs."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import Task, shared_task
+from django.conf import settings
+from django.utils import timezone
+
+from campaigns import services
+from campaigns.models import RUN_ACTIVE, Campaign, CampaignStatus, RunStatus
+
+log = logging.getLogger(__name__)
+BUSY_RETRY_SECONDS = 5.0
+
+
+@shared_task(bind=True, soft_time_limit=60, time_limit=90)
+def campaign_advance_task(self: Task, campaign_id: int) -> str:
+    outcome = services.campaign_advance(campaign_id=campaign_id)
+    if outcome == "busy":  # another campaign holds one of the nodes: wait for it
+        campaign_advance_task.apply_async((campaign_id,), countdown=BUSY_RETRY_SECONDS)
+    return outcome
+
+
+@shared_task(soft_time_limit=120, time_limit=150)
+def reconcile_runs() -> dict[str, int]:
+    """Find runs no task has worked on for RACKBENCH_STALE_AFTER seconds and resume or fail them.
+
+    A run is resumed from the step it was in (its remote state lives in files on the host, so a
+    killed worker loses nothing); after RACKBENCH_MAX_RESUMES resumes it fails with the reason.
+    Running campaigns with nothing active are advanced, so none waits forever.
+    """
+    from runners.tasks import run_collect_task, run_kill_task, run_poll_task, run_start_task
+
+    cfg = settings.RACKBENCH
+    counts = {"resumed": 0, "failed": 0, "advanced": 0}
+    for run in services.stale_runs(older_than=cfg["STALE_AFTER"]).select_related("campaign"):
+        if run.resumes >= cfg["MAX_RESUMES"]:
+            error = (
+                f"abandoned: no worker made progress on this run for {cfg['STALE_AFTER']:g} s, "
+                f"after {run.resumes} resumes (status was {run.status})"
+            )
+            if services.run_mark_failed(run_id=run.pk, error=error):
+                run_kill_task.delay(run.pk)  # whatever it left running on its hosts
+                counts["failed"] += 1
+            continue
+        updated = (
+            type(run)
+            .objects.filter(pk=run.pk, status=run.status, heartbeat_at=run.heartbeat_at)
+            .update(resumes=run.resumes + 1, heartbeat_at=timezone.now())
+        )
+        if not updated:
+            continue
+        log.warning("run %s: no progress while %s; resuming", run.pk, run.status)
+        counts["resumed"] += 1
+        if run.status in (RunStatus.QUEUED, RunStatus.PREPARING):
+            run_start_task.delay(run.pk)
+        elif run.status == RunStatus.RUNNING:
+            run_poll_task.delay(run.pk, services.run_new_poll_token(run_id=run.pk))
+        else:
+            run_collect_task.delay(run.pk)
+    for campaign in Campaign.objects.filter(status=CampaignStatus.RUNNING).exclude(runs__status__in=RUN_ACTIVE):
+        campaign_advance_task.delay(campaign.pk)
+        counts["advanced"] += 1
+    return counts

@@ -1,0 +1,127 @@
+"""Campaign and run pages. Each live region is a partial that the page's own view renders alone for htmx."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.http import content_disposition_header
+from django.views.decorators.http import require_POST
+
+from campaigns import selectors, services
+from campaigns.forms import CampaignForm
+from campaigns.models import Campaign, CampaignStatus, Run, RunHost
+
+TAIL_CHARS = 8_000  # of each host's stdout/stderr shown on the run page; the full log is a download
+
+
+def _is_htmx(request: HttpRequest) -> bool:
+    return bool(request.headers.get("HX-Request"))
+
+
+@login_required
+def campaign_list(request: HttpRequest) -> HttpResponse:
+    campaigns = selectors.campaign_list().select_related("owner")
+    return render(request, "campaigns/campaign_list.html", {"campaigns": campaigns})
+
+
+@login_required
+def campaign_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    campaign = get_object_or_404(Campaign.objects.select_related("storage", "owner"), pk=pk)
+    context = {
+        "campaign": campaign,
+        "progress": selectors.campaign_progress(campaign=campaign),
+        "runs": selectors.campaign_runs(campaign=campaign),
+    }
+    if _is_htmx(request):
+        response = render(request, "campaigns/_runs.html", context)
+        if campaign.status != CampaignStatus.RUNNING:
+            # The campaign ended while the page was open: reload it once so its buttons and statistics
+            # are current; the reloaded page's region no longer polls.
+            response["HX-Refresh"] = "true"
+        return response
+    context["summary"] = selectors.campaign_summary(campaign=campaign)
+    return render(request, "campaigns/campaign_detail.html", context)
+
+
+@login_required
+def campaign_preview(request: HttpRequest, pk: int) -> HttpResponse:
+    campaign = get_object_or_404(Campaign, pk=pk)
+    preview = selectors.campaign_preview(campaign=campaign)
+    return render(request, "campaigns/campaign_preview.html", {"campaign": campaign, "preview": preview})
+
+
+@login_required
+def campaign_new(request: HttpRequest) -> HttpResponse:
+    form = CampaignForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        campaign = form.save(owner=request.user)
+        if campaign is not None:
+            messages.success(request, f"Campaign {campaign.name} created.")
+            if "launch" in request.POST:
+                _launch(request, campaign)
+            return redirect("campaigns:campaign-detail", pk=campaign.pk)
+    return render(request, "campaigns/campaign_new.html", {"form": form})
+
+
+@login_required
+@require_POST
+def campaign_launch(request: HttpRequest, pk: int) -> HttpResponse:
+    campaign = get_object_or_404(Campaign, pk=pk)
+    _launch(request, campaign)
+    return redirect("campaigns:campaign-detail", pk=campaign.pk)
+
+
+def _launch(request: HttpRequest, campaign: Campaign) -> None:
+    try:
+        services.campaign_launch(campaign=campaign, user=request.user)
+    except services.CampaignError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Campaign {campaign.name} launched.")
+
+
+@login_required
+@require_POST
+def campaign_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    campaign = get_object_or_404(Campaign, pk=pk)
+    try:
+        services.campaign_cancel(campaign=campaign)
+    except services.CampaignError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Campaign {campaign.name} cancelled.")
+    return redirect("campaigns:campaign-detail", pk=campaign.pk)
+
+
+@login_required
+def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    try:
+        run = selectors.run_detail(run_id=pk)
+    except Run.DoesNotExist:
+        raise Http404("no such run") from None
+    context = {
+        "run": run,
+        "tail_chars": TAIL_CHARS,
+        "tail_slice": f"-{TAIL_CHARS}:",
+        "flushes": run.provenance.get("flush") or [],
+        "provenance_json": json.dumps(run.provenance, indent=2, sort_keys=True),
+    }
+    template = "campaigns/_run.html" if _is_htmx(request) else "campaigns/run_detail.html"
+    return render(request, template, context)
+
+
+@login_required
+def run_host_log(request: HttpRequest, pk: int, host_pk: int) -> HttpResponse:
+    host = get_object_or_404(RunHost.objects.select_related("run__campaign"), pk=host_pk, run_id=pk)
+    text = (
+        f"# {host.run} on {host.host} ({host.address}), exit code {host.exit_code}\n"
+        f"# command: {host.command}\n\n"
+        f"===== stdout =====\n{host.stdout}\n\n===== stderr =====\n{host.stderr}\n"
+    )
+    response = HttpResponse(text, content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = content_disposition_header(False, f"run-{pk}-{host.host}.log.txt")
+    return response

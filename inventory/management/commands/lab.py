@@ -1,0 +1,147 @@
+"""``manage.py lab up|status|down``: the built-in lab of real sshd nodes on loopback (see runners/lab.py).
+
+``up`` also registers the lab in the inventory: credential "lab", nodes ``labN`` (tag "lab") with their host
+keys pinned, and storage "lab-local". ``down`` stops the daemons and leaves the inventory alone, so results
+stay linked to their nodes; the next ``up`` makes them active again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+
+from inventory.models import Credential, Node, NodeRole, NodeStatus, StorageKind
+from inventory.services import (
+    credential_create,
+    credential_set_key,
+    hostkey_forget,
+    hostkey_pin,
+    node_upsert,
+    storage_upsert,
+)
+from runners import lab
+
+CREDENTIAL_NAME = "lab"
+STORAGE_NAME = "lab-local"
+
+
+class Command(BaseCommand):
+    help = "Start (up), list (status) or stop (down) the built-in lab: real sshd nodes on loopback addresses."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        actions = parser.add_subparsers(dest="action", required=True, metavar="{up,status,down}")
+        up = actions.add_parser("up", help="start lab1..labN where not running, and register them")
+        up.add_argument("--nodes", type=int, default=4, help="how many nodes (default 4); up never stops any")
+        up.add_argument("--port", type=int, help=f"port of every node (default: the lab's, else {lab.DEFAULT_PORT})")
+        up.add_argument(
+            "--base-address",
+            help=f"labN listens on BASE+N (default: the lab's, else {lab.DEFAULT_BASE_ADDRESS})",
+        )
+        status = actions.add_parser("status", help="list the lab's nodes")
+        status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        actions.add_parser("down", help="stop every lab sshd and its sessions; the inventory is kept")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            if options["action"] == "up":
+                self.up(nodes=options["nodes"], port=options["port"], base_address=options["base_address"])
+            elif options["action"] == "status":
+                self.status(as_json=options["json"])
+            else:
+                self.down()
+        except lab.LabError as exc:
+            raise CommandError(str(exc)) from exc
+
+    def up(self, *, nodes: int, port: int | None, base_address: str | None) -> None:
+        started = lab.lab_up(nodes, port=port, base_address=base_address)
+        account = lab.lab_account()
+        with transaction.atomic():
+            credential = self._register_credential(account)
+            for node in started:
+                self._register_node(node, account, credential)
+            storage_upsert(
+                name=STORAGE_NAME,
+                kind=StorageKind.LOCAL,
+                export_path=str(account.scratch),
+                flush_command="sync",
+                admin_address=started[0].address,
+                admin_port=started[0].port,
+                admin_user=account.user,
+                admin_credential=credential,
+                node_count=1,
+            )
+        self._print_table(started)
+        first = started[0]
+        self.stdout.write(
+            f"\nLog in as {account.user}: ssh -i {account.private_key} -p {first.port} {account.user}@{first.address}"
+        )
+
+    def status(self, *, as_json: bool) -> None:
+        nodes = lab.lab_status()
+        if as_json:
+            rows = [{"name": n.name, "address": n.address, "port": n.port, "pid": n.pid, "running": n.running}
+                    for n in nodes]
+            self.stdout.write(json.dumps(rows, indent=2))
+        elif nodes:
+            self._print_table(nodes)
+        else:
+            self.stdout.write("No lab nodes; start some with: manage.py lab up --nodes N")
+
+    def down(self) -> None:
+        stopped = lab.lab_down()
+        self.stdout.write(f"Stopped {stopped} lab sshd daemon(s); the lab's inventory rows are kept.")
+
+    def _register_credential(self, account: lab.LabAccount) -> Credential:
+        private_key = account.private_key.read_text()
+        public_key = account.private_key.with_suffix(".pub").read_text().split()[1]
+        credential = Credential.objects.filter(name=CREDENTIAL_NAME).first()
+        if credential is None:
+            return credential_create(name=CREDENTIAL_NAME, username=account.user, private_key=private_key)
+        if credential.public_key.split()[1] != public_key:
+            credential = credential_set_key(credential=credential, private_key=private_key)
+        if credential.username != account.user:
+            # No service changes a credential's user; nodes and storage name the user explicitly instead.
+            self.stderr.write(
+                f"Credential {CREDENTIAL_NAME!r} names user {credential.username!r}; "
+                f"lab nodes log in as {account.user!r} through their own ssh_user."
+            )
+        return credential
+
+    def _register_node(self, node: lab.LabNode, account: lab.LabAccount, credential: Credential) -> Node:
+        registered = node_upsert(
+            name=node.name,
+            address=node.address,
+            ssh_port=node.port,
+            ssh_user=account.user,
+            credential=credential,
+            role=NodeRole.COMPUTE,
+            status=NodeStatus.ACTIVE,
+            tags=["lab"],
+            cpu_cores=os.cpu_count(),
+            ram_mb=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20,
+        )
+        self._pin_host_key(node)
+        return registered
+
+    def _pin_host_key(self, node: lab.LabNode) -> None:
+        """Pin the key the lab generated, so even a first contact is verified rather than trusted.
+
+        A different pinned key means the lab directory was recreated: the lab owns that endpoint, so it re-pins.
+        """
+        key_type, key_base64 = node.host_public_key.split()[:2]
+        endpoint = {"address": node.address, "port": node.port}
+        pinned = hostkey_pin(**endpoint, key_type=key_type, key_base64=key_base64)
+        if pinned.key_base64 != key_base64:
+            hostkey_forget(**endpoint)
+            hostkey_pin(**endpoint, key_type=key_type, key_base64=key_base64)
+            self.stderr.write(f"{node.name}: its host key changed (lab directory recreated?); pinned the new one.")
+
+    def _print_table(self, nodes: list[lab.LabNode]) -> None:
+        self.stdout.write(f"{'NODE':<8} {'ADDRESS':<15} {'PORT':>5} {'PID':>8}  RUNNING")
+        for n in nodes:
+            pid = str(n.pid) if n.pid else "-"
+            self.stdout.write(f"{n.name:<8} {n.address:<15} {n.port:>5} {pid:>8}  {'yes' if n.running else 'no'}")

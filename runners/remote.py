@@ -1,0 +1,237 @@
+"""The bridge between the inventory and runners.ssh: endpoints, credentials, pinned keys, detached jobs.
+
+A detached job lives in its own directory on the host::
+
+    command.sh   the exact command (written by rackbench, built with shlex)
+    launch.sh    records its pid, runs command.sh with stdout/stderr to files, then writes exit_code
+    submitted    marker written before launching: a redelivered submit never starts a second copy
+    pid, stdout, stderr, exit_code
+
+The job runs in its own session (setsid), so cancel and timeout kill the whole process group, and a
+dropped SSH connection or a restarted worker loses nothing: the next poll reads the files.
+"""
+
+from __future__ import annotations
+
+import shlex
+import threading
+from dataclasses import dataclass
+
+import paramiko
+from django.conf import settings
+
+from inventory.crypto import decrypt
+from inventory.models import Credential, HostKey, Node, StorageSystem
+from runners import ssh
+
+
+class DatabaseHostKeys:
+    """Pinned host keys in the HostKey table."""
+
+    def pinned(self, address: str, port: int) -> tuple[str, str] | None:
+        row = HostKey.objects.filter(address=address, port=port).values_list("key_type", "key_base64").first()
+        return (row[0], row[1]) if row else None
+
+    def pin(self, address: str, port: int, key_type: str, key_base64: str) -> tuple[str, str]:
+        row, _ = HostKey.objects.get_or_create(
+            address=address,
+            port=port,
+            defaults={
+                "key_type": key_type,
+                "key_base64": key_base64,
+                "fingerprint": ssh.fingerprint(key_type, key_base64),
+            },
+        )
+        return row.key_type, row.key_base64
+
+
+_pool: ssh.Pool | None = None
+_pool_lock = threading.Lock()
+
+
+def pool() -> ssh.Pool:
+    """The worker process's connection pool."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            cfg = settings.RACKBENCH
+            _pool = ssh.Pool(
+                DatabaseHostKeys(),
+                ssh.Timeouts(
+                    connect=cfg["SSH_CONNECT_TIMEOUT"],
+                    command=cfg["SSH_COMMAND_TIMEOUT"],
+                    keepalive=cfg["SSH_KEEPALIVE"],
+                ),
+            )
+        return _pool
+
+
+def reset_pool() -> None:
+    """Close every pooled connection (after a fork, or in tests)."""
+    global _pool
+    with _pool_lock:
+        if _pool is not None:
+            _pool.close_all()
+        _pool = None
+
+
+@dataclass(frozen=True)
+class Target:
+    """An SSH endpoint with the key to log in with."""
+
+    endpoint: ssh.Endpoint
+    pkey: paramiko.PKey
+
+    def run(self, command: str, *, timeout: float | None = None) -> ssh.CommandResult:
+        return pool().run(self.endpoint, self.pkey, command, timeout=timeout)
+
+    def check(self, command: str, *, what: str, timeout: float | None = None) -> ssh.CommandResult:
+        """Run a command that must succeed; a non-zero exit is a permanent error naming ``what``."""
+        result = self.run(command, timeout=timeout)
+        if not result.ok:
+            detail = (result.stderr or result.stdout).strip()[-500:]
+            raise ssh.PermanentSSHError(self.endpoint, f"{what} failed (exit {result.exit_code}): {detail}")
+        return result
+
+    def put(self, files: dict[str, str], *, mode: int = 0o644) -> None:
+        pool().put(self.endpoint, self.pkey, files, mode=mode)
+
+    def get(self, path: str, *, limit: int | None = None) -> bytes | None:
+        return pool().get(self.endpoint, self.pkey, path, limit=limit)
+
+    def home(self) -> str:
+        return pool().home(self.endpoint, self.pkey)
+
+
+_keys: dict[tuple[int, str], paramiko.PKey] = {}
+
+
+def _pkey(credential: Credential | None, label: str) -> paramiko.PKey:
+    if credential is None:
+        raise ssh.PermanentSSHError(None, f"{label} has no SSH credential")
+    cache_key = (credential.pk, credential.fingerprint)
+    if cache_key not in _keys:
+        _keys[cache_key] = ssh.load_private_key(decrypt(credential.private_key_encrypted))
+    return _keys[cache_key]
+
+
+def node_target(node: Node) -> Target:
+    credential = node.credential
+    endpoint = ssh.Endpoint(
+        address=node.address,
+        port=node.ssh_port,
+        username=node.login_user,
+        name=node.name,
+        key_id=credential.fingerprint if credential else "",
+    )
+    return Target(endpoint, _pkey(credential, f"node {node.name}"))
+
+
+def storage_target(storage: StorageSystem) -> Target:
+    if not storage.admin_address:
+        raise ssh.PermanentSSHError(
+            None, f"storage system {storage.name} has no admin endpoint to run its flush command"
+        )
+    credential = storage.admin_credential
+    endpoint = ssh.Endpoint(
+        address=storage.admin_address,
+        port=storage.admin_port,
+        username=storage.admin_user or (credential.username if credential else "root"),
+        name=f"storage {storage.name}",
+        key_id=credential.fingerprint if credential else "",
+    )
+    return Target(endpoint, _pkey(credential, f"storage system {storage.name}"))
+
+
+def remote_root(target: Target) -> str:
+    root = settings.RACKBENCH["REMOTE_ROOT"]
+    return root if root.startswith("/") else f"{target.home().rstrip('/')}/{root}"
+
+
+# --- detached jobs ------------------------------------------------------------------------------
+
+LAUNCHER = """#!/bin/sh
+# Written by rackbench. Runs command.sh detached; the files beside it are the job's state.
+cd "$(dirname "$0")" || exit 90
+echo $$ > pid.tmp && mv pid.tmp pid
+sh ./command.sh > stdout 2> stderr < /dev/null
+echo $? > exit_code.tmp && mv exit_code.tmp exit_code
+"""
+
+
+def command_script(argv: list[str], env: dict[str, str]) -> str:
+    lines = ["#!/bin/sh", "# Written by rackbench: the exact command of this run on this host."]
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
+    lines.append("exec " + shlex.join(argv))
+    return "\n".join(lines) + "\n"
+
+
+def job_prepare(target: Target, job_dir: str, *, extra_dirs: list[str], files: dict[str, str]) -> None:
+    """Create the job directory (and any data directories) and write its files."""
+    target.check(shlex.join(["mkdir", "-p", job_dir, *extra_dirs]), what="creating the run directory")
+    target.put({f"{job_dir}/{name}": content for name, content in files.items()})
+    target.put({f"{job_dir}/launch.sh": LAUNCHER}, mode=0o755)
+
+
+def job_submit(target: Target, job_dir: str) -> None:
+    """Start the job detached, at most once per directory."""
+    d = shlex.quote(job_dir)
+    line = (
+        f"cd {d} && if [ ! -e submitted ]; then : > submitted; setsid sh ./launch.sh < /dev/null > /dev/null 2>&1 & fi"
+    )
+    target.check(line, what="starting the job")
+
+
+@dataclass(frozen=True)
+class JobState:
+    pid: int | None
+    exit_code: int | None
+    alive: bool
+    submitted: bool
+
+    @property
+    def finished(self) -> bool:
+        return self.exit_code is not None
+
+    @property
+    def vanished(self) -> bool:
+        """Started, not running, and no exit code: killed from outside or the host rebooted."""
+        return self.submitted and self.pid is not None and not self.alive and self.exit_code is None
+
+
+def job_state(target: Target, job_dir: str) -> JobState:
+    d = shlex.quote(job_dir)
+    line = (
+        f"cd {d} 2>/dev/null || exit 0; p=$(cat pid 2>/dev/null); e=$(cat exit_code 2>/dev/null); "
+        f'a=no; [ -n "$p" ] && kill -0 "$p" 2>/dev/null && a=yes; s=no; [ -e submitted ] && s=yes; '
+        f'echo "$p|$e|$a|$s"'
+    )
+    out = target.run(line).stdout.strip()
+    if not out:
+        return JobState(None, None, False, False)
+    pid, code, alive, submitted = (out.split("|") + ["", "", "", ""])[:4]
+    return JobState(
+        pid=int(pid) if pid.isdigit() else None,
+        exit_code=int(code) if code.lstrip("-").isdigit() else None,
+        alive=alive == "yes",
+        submitted=submitted == "yes",
+    )
+
+
+def job_kill(target: Target, job_dir: str, *, grace: float = 3.0) -> None:
+    """TERM the job's process group, then KILL what is left after ``grace`` seconds."""
+    d = shlex.quote(job_dir)
+    steps = int(max(grace, 0.1) / 0.1)
+    # "kill -SIG -PGID", not "kill -SIG -- -PGID": dash's kill builtin rejects "--".
+    line = (
+        f'cd {d} 2>/dev/null || exit 0; p=$(cat pid 2>/dev/null); [ -n "$p" ] || exit 0; '
+        f'kill -TERM -"$p" 2>/dev/null; i=0; while kill -0 -"$p" 2>/dev/null && [ $i -lt {steps} ]; '
+        f'do sleep 0.1; i=$((i+1)); done; kill -KILL -"$p" 2>/dev/null; true'
+    )
+    target.run(line, timeout=grace + 30)
+
+
+def job_output(target: Target, job_dir: str) -> tuple[str, str]:
+    stdout = target.get(f"{job_dir}/stdout") or b""
+    stderr = target.get(f"{job_dir}/stderr") or b""
+    return stdout.decode(errors="replace"), stderr.decode(errors="replace")

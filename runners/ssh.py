@@ -1,0 +1,347 @@
+"""Every paramiko call of rackbench lives here.
+
+Connections are pooled per worker process and reused; each socket has TCP_NODELAY (on loopback a
+pooled command then takes a few milliseconds instead of ~40 ms of Nagle + delayed-ACK waits).
+Host keys are pinned: the key seen at first contact is stored, and a different key later is a
+permanent, clearly worded failure. Errors are classed transient (worth a retry) or permanent.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+import paramiko
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class SSHError(Exception):
+    transient = False
+
+    def __init__(self, endpoint: Endpoint | None, message: str) -> None:
+        where = f"{endpoint.label}: " if endpoint else ""
+        super().__init__(where + message)
+        self.endpoint = endpoint
+
+
+class TransientSSHError(SSHError):
+    """Timeouts, refused or reset connections: worth retrying."""
+
+    transient = True
+
+
+class PermanentSSHError(SSHError):
+    """Authentication failures, bad host keys, unusable credentials: retrying cannot help."""
+
+
+class HostKeyMismatch(PermanentSSHError):
+    pass
+
+
+class CommandTimeout(TransientSSHError):
+    pass
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    address: str
+    port: int
+    username: str
+    name: str = ""  # what the user calls it (node name); for messages
+    key_id: str = ""  # identifies the private key, so a changed credential gets a new connection
+
+    @property
+    def label(self) -> str:
+        where = f"{self.username}@{self.address}:{self.port}"
+        return f"{self.name} ({where})" if self.name else where
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+class HostKeyStore(Protocol):
+    def pinned(self, address: str, port: int) -> tuple[str, str] | None:
+        """(key type, base64) pinned for the endpoint, or None before first contact."""
+
+    def pin(self, address: str, port: int, key_type: str, key_base64: str) -> tuple[str, str]:
+        """Pin the key unless one is already pinned; returns the pinned one."""
+
+
+def fingerprint(key_type: str, key_base64: str) -> str:
+    digest = hashlib.sha256(base64.b64decode(key_base64)).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def _known_hosts_name(address: str, port: int) -> str:
+    return address if port == 22 else f"[{address}]:{port}"
+
+
+class _PinOnFirstContact(paramiko.MissingHostKeyPolicy):
+    def __init__(self, store: HostKeyStore, endpoint: Endpoint) -> None:
+        self.store = store
+        self.endpoint = endpoint
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        offered = (key.get_name(), key.get_base64())
+        pinned = self.store.pin(self.endpoint.address, self.endpoint.port, *offered)
+        if pinned != offered:  # another worker pinned a different key first
+            raise HostKeyMismatch(self.endpoint, _mismatch_message(pinned, offered))
+
+
+def _mismatch_message(pinned: tuple[str, str], offered: tuple[str, str]) -> str:
+    return (
+        f"host key changed: pinned {pinned[0]} {fingerprint(*pinned)}, the host offered {offered[0]} "
+        f"{fingerprint(*offered)}. Refusing to connect. If the node was reinstalled on purpose, forget the "
+        f"pinned key (manage.py hostkey forget ADDRESS PORT) and connect again."
+    )
+
+
+def load_private_key(text: str) -> paramiko.PKey:
+    for cls in (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey):
+        try:
+            return cls.from_private_key(io.StringIO(text))
+        except (paramiko.SSHException, ValueError, IndexError):
+            continue
+    raise PermanentSSHError(None, "the credential's private key cannot be read (ed25519, ECDSA or RSA, no passphrase)")
+
+
+@dataclass
+class Timeouts:
+    connect: float = 10.0
+    command: float = 120.0
+    keepalive: int = 15
+
+
+class Pool:
+    """Open SSH connections, reused across commands; safe to use from several threads."""
+
+    def __init__(self, store: HostKeyStore, timeouts: Timeouts | None = None) -> None:
+        self.store = store
+        self.timeouts = timeouts or Timeouts()
+        self._clients: dict[Endpoint, paramiko.SSHClient] = {}
+        self._homes: dict[Endpoint, str] = {}
+        self._lock = threading.Lock()
+        self._endpoint_locks: dict[Endpoint, threading.Lock] = {}
+
+    # --- connections ------------------------------------------------------------------------
+    def client(self, endpoint: Endpoint, pkey: paramiko.PKey) -> paramiko.SSHClient:
+        with self._lock:
+            lock = self._endpoint_locks.setdefault(endpoint, threading.Lock())
+        with lock:
+            client = self._clients.get(endpoint)
+            transport = client.get_transport() if client else None
+            if client and transport and transport.is_active():
+                return client
+            if client:
+                client.close()
+            client = self._connect(endpoint, pkey)
+            self._clients[endpoint] = client
+            return client
+
+    def _connect(self, endpoint: Endpoint, pkey: paramiko.PKey) -> paramiko.SSHClient:
+        t = self.timeouts
+        try:
+            sock = socket.create_connection((endpoint.address, endpoint.port), timeout=t.connect)
+        except TimeoutError:
+            raise TransientSSHError(endpoint, f"connection timed out after {t.connect:g} s") from None
+        except OSError as exc:
+            raise TransientSSHError(endpoint, f"cannot connect: {exc.strerror or exc}") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        client = paramiko.SSHClient()
+        pinned = self.store.pinned(endpoint.address, endpoint.port)
+        if pinned:
+            key = paramiko.PKey.from_type_string(pinned[0], base64.b64decode(pinned[1]))
+            client.get_host_keys().add(_known_hosts_name(endpoint.address, endpoint.port), pinned[0], key)
+        client.set_missing_host_key_policy(_PinOnFirstContact(self.store, endpoint))
+        try:
+            client.connect(
+                endpoint.address,
+                port=endpoint.port,
+                username=endpoint.username,
+                pkey=pkey,
+                sock=sock,
+                timeout=t.connect,
+                banner_timeout=t.connect,
+                auth_timeout=t.connect,
+                channel_timeout=t.connect,
+                allow_agent=False,
+                look_for_keys=False,
+            )
+        except paramiko.BadHostKeyException as exc:
+            sock.close()
+            offered = (exc.key.get_name(), exc.key.get_base64())
+            expected = (exc.expected_key.get_name(), exc.expected_key.get_base64())
+            raise HostKeyMismatch(endpoint, _mismatch_message(expected, offered)) from None
+        except paramiko.AuthenticationException as exc:
+            sock.close()
+            raise PermanentSSHError(endpoint, f"authentication failed for user {endpoint.username!r}: {exc}") from None
+        except SSHError:
+            sock.close()
+            raise
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            sock.close()
+            raise TransientSSHError(endpoint, f"SSH handshake failed: {exc or type(exc).__name__}") from None
+        transport = client.get_transport()
+        assert transport is not None
+        if t.keepalive:
+            transport.set_keepalive(t.keepalive)
+        return client
+
+    def discard(self, endpoint: Endpoint) -> None:
+        with self._lock:
+            client = self._clients.pop(endpoint, None)
+            self._homes.pop(endpoint, None)
+        if client:
+            client.close()
+
+    def close_all(self) -> None:
+        with self._lock:
+            clients, self._clients = self._clients, {}
+            self._homes = {}
+        for client in clients.values():
+            client.close()
+
+    # --- commands and files -----------------------------------------------------------------
+    def run(
+        self, endpoint: Endpoint, pkey: paramiko.PKey, command: str, *, timeout: float | None = None
+    ) -> CommandResult:
+        """Run one shell command line (built with shlex by the caller) and wait for it."""
+        timeout = timeout or self.timeouts.command
+        started = time.monotonic()
+        try:
+            client = self.client(endpoint, pkey)
+            transport = client.get_transport()
+            assert transport is not None
+            channel = transport.open_session(timeout=self.timeouts.connect)
+        except SSHError:
+            raise
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self.discard(endpoint)
+            raise TransientSSHError(endpoint, f"cannot open a channel: {exc or type(exc).__name__}") from None
+        try:
+            channel.exec_command(command)
+            stdout, stderr = _drain(channel, deadline=started + timeout)
+            if stdout is None:
+                raise CommandTimeout(endpoint, f"command did not finish within {timeout:g} s: {command[:200]}")
+            code = channel.recv_exit_status()
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self.discard(endpoint)
+            raise TransientSSHError(
+                endpoint, f"connection lost during a command: {exc or type(exc).__name__}"
+            ) from None
+        finally:
+            channel.close()
+        return CommandResult(code, stdout, stderr or "", time.monotonic() - started)
+
+    def home(self, endpoint: Endpoint, pkey: paramiko.PKey) -> str:
+        """The login directory of the endpoint's user (cached per connection)."""
+        if endpoint not in self._homes:
+            with self._sftp(endpoint, pkey) as sftp:
+                self._homes[endpoint] = sftp.normalize(".")
+        return self._homes[endpoint]
+
+    def put(self, endpoint: Endpoint, pkey: paramiko.PKey, files: dict[str, str], *, mode: int = 0o644) -> None:
+        """Write text files (absolute path -> content); their directories must exist."""
+        with self._sftp(endpoint, pkey) as sftp:
+            for path, content in files.items():
+                with sftp.open(path, "w") as fh:
+                    fh.write(content.encode())
+                sftp.chmod(path, mode)
+
+    def get(self, endpoint: Endpoint, pkey: paramiko.PKey, path: str, *, limit: int | None = None) -> bytes | None:
+        """Read a remote file (up to ``limit`` bytes from its end); None when it does not exist."""
+        with self._sftp(endpoint, pkey) as sftp:
+            try:
+                with sftp.open(path, "rb") as fh:
+                    if limit is not None:
+                        size = fh.stat().st_size
+                        if size > limit:
+                            fh.seek(size - limit)
+                    return fh.read()
+            except FileNotFoundError:
+                return None
+
+    def _sftp(self, endpoint: Endpoint, pkey: paramiko.PKey) -> _SFTPSession:
+        return _SFTPSession(self, endpoint, pkey)
+
+
+class _SFTPSession:
+    def __init__(self, pool: Pool, endpoint: Endpoint, pkey: paramiko.PKey) -> None:
+        self.pool, self.endpoint, self.pkey = pool, endpoint, pkey
+        self.sftp: paramiko.SFTPClient | None = None
+
+    def __enter__(self) -> paramiko.SFTPClient:
+        try:
+            client = self.pool.client(self.endpoint, self.pkey)
+            self.sftp = client.open_sftp()
+            self.sftp.get_channel().settimeout(self.pool.timeouts.command)
+        except SSHError:
+            raise
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self.pool.discard(self.endpoint)
+            raise TransientSSHError(self.endpoint, f"SFTP unavailable: {exc or type(exc).__name__}") from None
+        return self.sftp
+
+    def __exit__(self, exc_type, exc, tb) -> None:  # type: ignore[no-untyped-def]
+        if self.sftp:
+            self.sftp.close()
+        if exc_type is not None and issubclass(exc_type, (paramiko.SSHException, EOFError, socket.timeout)):
+            self.pool.discard(self.endpoint)
+            raise TransientSSHError(self.endpoint, f"SFTP failed: {exc or exc_type.__name__}") from None
+
+
+def _drain(channel: paramiko.Channel, *, deadline: float) -> tuple[str | None, str | None]:
+    """Read stdout and stderr together until the command ends; (None, None) on timeout."""
+    out: list[bytes] = []
+    err: list[bytes] = []
+    while True:
+        while channel.recv_ready():
+            out.append(channel.recv(65536))
+        while channel.recv_stderr_ready():
+            err.append(channel.recv_stderr(65536))
+        drained = not channel.recv_ready() and not channel.recv_stderr_ready()
+        if channel.exit_status_ready() and channel.eof_received and drained:
+            break
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None, None
+        select.select([channel], [], [], min(remaining, 1.0))
+    return b"".join(out).decode(errors="replace"), b"".join(err).decode(errors="replace")
+
+
+def fan_out(items: Iterable[T], fn: Callable[[T], R], *, workers: int = 64) -> list[R | BaseException]:
+    """Call ``fn`` on every item in a bounded thread pool; each slot holds a result or the exception raised."""
+    items = list(items)
+    if not items:
+        return []
+    if len(items) == 1:
+        return [_capture(fn, items[0])]
+    with ThreadPoolExecutor(max_workers=min(workers, len(items)), thread_name_prefix="ssh") as pool:
+        return list(pool.map(lambda item: _capture(fn, item), items))
+
+
+def _capture(fn: Callable[[T], R], item: T) -> R | BaseException:
+    try:
+        return fn(item)
+    except Exception as exc:  # noqa: BLE001 - each host's failure is reported with the host, not raised
+        return exc

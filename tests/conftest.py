@@ -1,0 +1,187 @@
+"""Shared fixtures: persona users, the built-in lab (real sshd nodes) and a real Celery worker process.
+
+The worker is a separate ``celery worker`` process on the same broker (Redis in scripts/test) and the
+same test database as the tests, so tests that use it are transactional (their commits must be seen).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection
+
+from rackbench.celery import app as celery_app
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+LAB_PORT = int(os.environ.get("RACKBENCH_TEST_LAB_PORT", "2231"))
+LAB_NODES = 4
+
+
+def wait_for(predicate: Callable[[], Any], *, timeout: float = 60.0, interval: float = 0.2, what: str = "") -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail the test with ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:g} s waiting for {what or predicate}")
+
+
+def group_alive(pgid: int | None) -> bool:
+    """Whether a process group has a live (not zombie) member on this machine, where the lab nodes run.
+
+    Zombies are left out: in containers whose PID 1 does not reap orphans, killed processes linger as such.
+    """
+    if pgid is None:
+        return False
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False
+
+
+# --- personas -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def owner(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_user("owner", password="pw-owner-123")
+
+
+@pytest.fixture
+def outsider(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_user("outsider", password="pw-outsider-123")
+
+
+# --- the lab ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def lab_dir() -> Iterator[Path]:
+    """Real sshd lab nodes for the whole session, in their own directory and on their own port."""
+    from runners import lab
+
+    # Not under pytest's tmp dir: sshd reads authorized_keys as the lab user, who cannot enter a 0700 dir.
+    path = Path(tempfile.mkdtemp(prefix="rackbench-test-lab-"))
+    path.chmod(0o755)
+    previous = settings.RACKBENCH["LAB_DIR"]
+    settings.RACKBENCH["LAB_DIR"] = path
+    lab.lab_up(LAB_NODES, port=LAB_PORT, lab_dir=path)
+    yield path
+    lab.lab_down(lab_dir=path)
+    settings.RACKBENCH["LAB_DIR"] = previous
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def lab(lab_dir: Path, transactional_db: None) -> dict[str, Any]:
+    """The lab registered in this test's (transactional) database: nodes lab1..lab4 and storage lab-local."""
+    from inventory.models import Node, StorageSystem
+
+    call_command("lab", "up", "--nodes", str(LAB_NODES), "--port", str(LAB_PORT), stdout=io.StringIO())
+    nodes = {n.name: n for n in Node.objects.filter(tags__name="lab")}
+    return {"nodes": nodes, "storage": StorageSystem.objects.get(name="lab-local"), "dir": lab_dir}
+
+
+# --- a real Celery worker -----------------------------------------------------------------------------
+
+
+def worker_env(**extra: str) -> dict[str, str]:
+    """The environment of a worker process that shares this test session's database and broker."""
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        pytest.fail("tests with a Celery worker need PostgreSQL: run them with scripts/test (sets DATABASE_URL)")
+    url = f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=url,
+        CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
+        RACKBENCH_ENCRYPTION_KEYS=",".join(settings.RACKBENCH["ENCRYPTION_KEYS"]),
+        RACKBENCH_POLL_INTERVAL="0.3",
+        RACKBENCH_RETRY_MAX="1",
+        RACKBENCH_RETRY_BACKOFF="0.2",
+        RACKBENCH_SSH_CONNECT_TIMEOUT="3",
+        RACKBENCH_DB_CONN_MAX_AGE="0",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+class Worker:
+    def __init__(self, name: str, env: dict[str, str], *, beat: bool = False, concurrency: int = 3) -> None:
+        ARTIFACTS.mkdir(exist_ok=True)
+        self.name = name
+        self.log_path = ARTIFACTS / f"worker-{name}.log"
+        argv = [
+            sys.executable, "-m", "celery", "-A", "rackbench", "worker", "-Q", "default,ssh", "-n", f"{name}@%h",
+            "-c", str(concurrency), "--loglevel", "INFO", "--without-gossip", "--without-mingle",
+        ]  # fmt: skip
+        if beat:
+            argv += ["-B", "--schedule", str(ARTIFACTS / f"beat-{name}.db")]
+        self.log = open(self.log_path, "w")  # noqa: SIM115 - the worker writes to it until stop()
+        self.proc = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        wait_for(self._ready, timeout=60, interval=0.3, what=f"worker {name} to start (log: {self.log_path})")
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            pytest.fail(f"worker {self.name} exited with {self.proc.returncode}: {self.log_path.read_text()[-3000:]}")
+        return " ready." in self.log_path.read_text()
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker (main process and pool children), as a crash or an OOM kill would."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.log.close()
+
+
+def purge_broker() -> None:
+    with celery_app.connection_for_write() as conn:
+        for queue in ("default", "ssh"):
+            conn.default_channel.queue_purge(queue)
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(django_db_setup: None, django_db_blocker: Any) -> Iterator[Worker]:
+    """One real worker for the session, consuming both queues from the real broker."""
+    with django_db_blocker.unblock():
+        env = worker_env()
+    purge_broker()
+    worker = Worker("main", env)
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture
+def worker(celery_worker_process: Worker, transactional_db: None) -> Worker:
+    return celery_worker_process

@@ -1,0 +1,166 @@
+"""End to end on real components: a Celery worker on the broker, lab sshd nodes, real fio, the test DB."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.utils.dateparse import parse_datetime
+
+from campaigns import selectors, services
+from campaigns.models import Campaign, CampaignStatus, Run, RunStatus
+from inventory.models import HostKey
+from inventory.services import node_upsert
+from tests.conftest import LAB_PORT, group_alive, wait_for
+
+pytestmark = [pytest.mark.lab, pytest.mark.worker]
+
+
+def fio_campaign(name: str, nodes: list[str], **overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "name": name,
+        "kind": "fio",
+        "nodes": nodes,
+        "repetitions": 1,
+        "cache": {"flush_clients": True, "flush_storage": False},
+        "timeout": 120,
+        "fixed": {"bs": "64k", "size": "8M"},
+        "matrix": {"rw": ["read"]},
+    }
+    data.update(overrides)
+    return data
+
+
+def finished(campaign: Campaign, timeout: float = 120) -> Campaign:
+    def done() -> bool:
+        campaign.refresh_from_db()
+        return campaign.is_terminal
+
+    wait_for(done, timeout=timeout, what=f"campaign {campaign.name} to finish")
+    return campaign
+
+
+def test_it_runs_a_fio_campaign_end_to_end(lab: dict[str, Any], worker: Any) -> None:
+    data = fio_campaign(
+        "e2e",
+        ["lab1", "lab2"],
+        storage="lab-local",
+        repetitions=2,
+        cache={"flush_clients": True, "flush_storage": True},
+        matrix={"rw": ["read", "randread"], "numjobs": [1, 2]},
+    )
+    campaign = services.campaign_launch(campaign=services.campaign_apply(data=data))
+
+    finished(campaign, timeout=240)
+    assert campaign.status == CampaignStatus.SUCCEEDED, list(campaign.runs.values_list("error", flat=True))
+    runs = list(campaign.runs.order_by("sequence"))
+    assert len(runs) == 8
+    for run in runs:
+        assert run.status == RunStatus.SUCCEEDED
+        hosts = {h.host: h for h in run.hosts.all()}
+        assert set(hosts) == {"lab1", "lab2"}
+        for host in hosts.values():
+            assert host.exit_code == 0
+            assert "fio" in host.command and host.remote_dir in host.command
+            assert f"rw={run.params['rw']}" in host.stdout or run.params["rw"] in host.stdout
+        per_host = {r.host: r.value for r in run.results.filter(name="read_bw_bytes", labels={})}
+        assert set(per_host) == {"lab1", "lab2", ""}
+        assert per_host["lab1"] > 0 and per_host["lab2"] > 0
+        assert per_host[""] == pytest.approx(per_host["lab1"] + per_host["lab2"])
+        flushed = run.provenance["flush"]
+        assert [f["target"] for f in flushed] == ["storage lab-local", "lab1", "lab2"]
+        assert all(parse_datetime(f["at"]) <= run.finished_at for f in flushed)
+        assert "drop_caches" in flushed[1]["command"]
+        assert run.provenance["hosts"]["lab1"]["tool_version"].startswith("fio-")
+        assert run.provenance["hosts"]["lab1"]["kernel"]
+    summary = selectors.campaign_summary(campaign=campaign)
+    bw = [row for row in summary if row["metric"] == "read_bw_bytes"]
+    assert len(bw) == 4 and all(row["n"] == 2 for row in bw)
+
+
+def test_it_fails_the_runs_of_an_unreachable_node_and_other_campaigns_go_on(lab: dict[str, Any], worker: Any) -> None:
+    credential = lab["nodes"]["lab1"].credential
+    node_upsert(name="ghost", address="127.0.1.250", ssh_port=LAB_PORT, ssh_user="nobody", credential=credential)
+    ghost = services.campaign_apply(data=fio_campaign("ghost", ["ghost"], repetitions=2))
+    healthy = services.campaign_apply(data=fio_campaign("healthy", ["lab3"]))
+
+    services.campaign_launch(campaign=ghost)
+    services.campaign_launch(campaign=healthy)
+
+    assert finished(healthy).status == CampaignStatus.SUCCEEDED
+    assert finished(ghost).status == CampaignStatus.FAILED
+    errors = list(ghost.runs.values_list("status", "error"))
+    assert len(errors) == 2
+    for status, error in errors:
+        assert status == RunStatus.FAILED
+        assert "ghost" in error and "cannot connect" in error and "gave up after 2 attempts" in error
+
+
+def test_it_refuses_a_node_whose_host_key_changed(lab: dict[str, Any], worker: Any) -> None:
+    other = HostKey.objects.get(address=lab["nodes"]["lab2"].address, port=LAB_PORT)
+    HostKey.objects.filter(address=lab["nodes"]["lab1"].address, port=LAB_PORT).update(
+        key_type=other.key_type, key_base64=other.key_base64, fingerprint=other.fingerprint
+    )
+    campaign = services.campaign_launch(campaign=services.campaign_apply(data=fio_campaign("hostkey", ["lab1"])))
+
+    assert finished(campaign).status == CampaignStatus.FAILED
+    run = campaign.runs.get()
+    assert "host key changed" in run.error and other.fingerprint in run.error
+    assert "gave up" not in run.error  # permanent: never retried
+
+
+def test_it_keeps_stderr_when_fio_exits_non_zero(lab: dict[str, Any], worker: Any) -> None:
+    data = fio_campaign("fio-fails", ["lab1"], fixed={"bs": "64k", "size": "8M", "filename": "/proc/rackbench/none"})
+    campaign = services.campaign_launch(campaign=services.campaign_apply(data=data))
+
+    assert finished(campaign).status == CampaignStatus.FAILED
+    run = campaign.runs.get()
+    host = run.hosts.get()
+    assert host.exit_code not in (0, None)
+    assert "exited with code" in run.error and "lab1" in run.error
+    assert "/proc/rackbench/none" in run.stderr_tail + run.stdout_tail
+
+
+def test_it_cancels_a_running_run_and_kills_fio(lab: dict[str, Any], worker: Any) -> None:
+    data = fio_campaign(
+        "cancel-me", ["lab1", "lab2"], fixed={"bs": "4k", "size": "8M", "runtime": 120, "time_based": 1}
+    )
+    campaign = services.campaign_launch(campaign=services.campaign_apply(data=data))
+    run = campaign.runs.get()
+    wait_for(lambda: Run.objects.get(pk=run.pk).status == RunStatus.RUNNING, what="the run to be running")
+    pids = wait_for(lambda: list(run.hosts.exclude(pid=None).values_list("pid", flat=True)), what="remote pids")
+    assert all(group_alive(pid) for pid in pids)
+
+    services.campaign_cancel(campaign=campaign)
+
+    wait_for(lambda: not any(group_alive(pid) for pid in pids), timeout=30, what="remote fio to be killed")
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED and run.error == "cancelled by the user"
+    assert Campaign.objects.get(pk=campaign.pk).status == CampaignStatus.CANCELLED
+
+
+def test_it_times_out_a_run_that_runs_too_long(lab: dict[str, Any], worker: Any) -> None:
+    data = fio_campaign(
+        "too-long", ["lab1"], timeout=2, fixed={"bs": "4k", "size": "8M", "runtime": 60, "time_based": 1}
+    )
+    campaign = services.campaign_launch(campaign=services.campaign_apply(data=data))
+
+    assert finished(campaign, timeout=60).status == CampaignStatus.FAILED
+    run = campaign.runs.get()
+    assert run.status == RunStatus.TIMED_OUT and "timeout of 2 s" in run.error
+    pid = run.hosts.get().pid
+    wait_for(lambda: not group_alive(pid), timeout=20, what="the timed-out fio to be killed")
+
+
+def test_it_never_runs_two_campaigns_on_one_node_at_once(lab: dict[str, Any], worker: Any) -> None:
+    fixed = {"bs": "4k", "size": "8M", "runtime": 2, "time_based": 1}
+    first = services.campaign_apply(data=fio_campaign("first", ["lab4"], fixed=fixed, repetitions=2))
+    second = services.campaign_apply(data=fio_campaign("second", ["lab4"], fixed=fixed, repetitions=2))
+    services.campaign_launch(campaign=first)
+    services.campaign_launch(campaign=second)
+
+    assert finished(first).status == CampaignStatus.SUCCEEDED
+    assert finished(second).status == CampaignStatus.SUCCEEDED
+    spans = sorted((r.started_at, r.finished_at) for r in Run.objects.filter(campaign__in=[first, second]))
+    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+        assert start >= end, "two runs overlapped on lab4"

@@ -1,0 +1,150 @@
+"""runners.ssh and runners.remote against real lab sshd nodes."""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from inventory.models import HostKey
+from runners import remote, ssh
+from tests.conftest import group_alive
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture
+def targets(lab: dict[str, Any]) -> Iterator[list[remote.Target]]:
+    remote.reset_pool()
+    yield [remote.node_target(node) for node in sorted(lab["nodes"].values(), key=lambda n: n.name)]
+    remote.reset_pool()
+
+
+def test_it_runs_a_command_and_returns_its_output_and_exit_code(targets: list[remote.Target]) -> None:
+    result = targets[0].run("echo out; echo err >&2; exit 3")
+
+    assert (result.exit_code, result.stdout, result.stderr) == (3, "out\n", "err\n")
+
+
+def test_it_reuses_one_connection_with_tcp_nodelay(targets: list[remote.Target]) -> None:
+    target = targets[0]
+    target.run("true")
+    client = remote.pool().client(target.endpoint, target.pkey)
+    sock = client.get_transport().sock
+
+    for _ in range(5):
+        target.run("true")
+
+    assert remote.pool().client(target.endpoint, target.pkey) is client
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+
+
+def test_it_pins_the_host_key_at_first_contact(targets: list[remote.Target], lab: dict[str, Any]) -> None:
+    node = lab["nodes"]["lab1"]
+    HostKey.objects.filter(address=node.address, port=node.ssh_port).delete()
+
+    targets[0].run("true")
+
+    pinned = HostKey.objects.get(address=node.address, port=node.ssh_port)
+    assert pinned.key_type == "ssh-ed25519" and pinned.fingerprint.startswith("SHA256:")
+
+
+def test_it_refuses_a_changed_host_key_permanently(targets: list[remote.Target], lab: dict[str, Any]) -> None:
+    lab1, lab2 = lab["nodes"]["lab1"], lab["nodes"]["lab2"]
+    other = HostKey.objects.get(address=lab2.address, port=lab2.ssh_port)
+    HostKey.objects.filter(address=lab1.address, port=lab1.ssh_port).update(key_base64=other.key_base64)
+
+    with pytest.raises(ssh.HostKeyMismatch) as caught:
+        targets[0].run("true")
+
+    assert not caught.value.transient
+    assert "host key changed" in str(caught.value) and "lab1" in str(caught.value)
+
+
+def test_it_classes_a_refused_connection_as_transient(lab: dict[str, Any]) -> None:
+    endpoint = ssh.Endpoint(address="127.0.1.251", port=lab["nodes"]["lab1"].ssh_port, username="x", name="ghost")
+    pool = ssh.Pool(remote.DatabaseHostKeys(), ssh.Timeouts(connect=2))
+
+    with pytest.raises(ssh.TransientSSHError, match="ghost .*cannot connect"):
+        pool.run(endpoint, remote.node_target(lab["nodes"]["lab1"]).pkey, "true")
+
+
+def test_it_times_out_a_command_that_hangs(targets: list[remote.Target]) -> None:
+    started = time.monotonic()
+    with pytest.raises(ssh.CommandTimeout):
+        targets[0].run("sleep 5", timeout=0.5)
+    assert time.monotonic() - started < 3
+
+
+def test_it_fans_a_command_out_to_every_node_at_once(targets: list[remote.Target]) -> None:
+    started = time.monotonic()
+    results = ssh.fan_out(targets, lambda t: t.run("sleep 1; hostname"))
+
+    assert all(isinstance(r, ssh.CommandResult) and r.ok for r in results)
+    assert time.monotonic() - started < 1 + 3  # in parallel: about one second, not four
+
+
+def test_it_passes_arguments_with_shell_metacharacters_literally(targets: list[remote.Target], tmp_path: Any) -> None:
+    marker = tmp_path / "pwned"
+    value = f"a; touch {marker} $(touch {marker}) `touch {marker}` | & > <"
+
+    result = targets[0].run(shlex.join(["printf", "%s", value]))
+
+    assert result.stdout == value
+    assert not marker.exists()
+
+
+def test_it_runs_a_detached_job_that_survives_a_dropped_connection(targets: list[remote.Target]) -> None:
+    target = targets[0]
+    job_dir = f"{remote.remote_root(target)}/test/detached-{time.monotonic_ns()}"
+    remote.job_prepare(
+        target,
+        job_dir,
+        extra_dirs=[],
+        files={"command.sh": remote.command_script(["sh", "-c", "sleep 1; echo done"], {})},
+    )
+    remote.job_submit(target, job_dir)
+    remote.job_submit(target, job_dir)  # a redelivered submit starts nothing
+    remote.reset_pool()  # drop every connection while the job runs
+
+    state = remote.job_state(target, job_dir)
+    assert state.submitted and state.alive and not state.finished
+    final = _wait_finished(target, job_dir)
+    assert final.exit_code == 0
+    assert remote.job_output(target, job_dir) == ("done\n", "")
+
+
+def test_it_kills_the_whole_process_group_of_a_job(targets: list[remote.Target]) -> None:
+    target = targets[0]
+    job_dir = f"{remote.remote_root(target)}/test/kill-{time.monotonic_ns()}"
+    script = remote.command_script(["sh", "-c", "sleep 60 & sleep 60; wait"], {})
+    remote.job_prepare(target, job_dir, extra_dirs=[], files={"command.sh": script})
+    remote.job_submit(target, job_dir)
+    pid = _wait_pid(target, job_dir)
+
+    remote.job_kill(target, job_dir, grace=1)
+
+    assert not group_alive(pid)  # the lab node runs on this machine
+    assert remote.job_state(target, job_dir).exit_code is None
+
+
+def _wait_finished(target: remote.Target, job_dir: str) -> remote.JobState:
+    for _ in range(100):
+        state = remote.job_state(target, job_dir)
+        if state.finished:
+            return state
+        time.sleep(0.1)
+    raise AssertionError("job did not finish")
+
+
+def _wait_pid(target: remote.Target, job_dir: str) -> int:
+    for _ in range(100):
+        state = remote.job_state(target, job_dir)
+        if state.pid:
+            return state.pid
+        time.sleep(0.05)
+    raise AssertionError("job did not start")
