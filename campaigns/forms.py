@@ -1,7 +1,7 @@
 """The "new fio campaign" form: it builds the campaign-as-code dict (campaigns/spec.py) from a few inputs.
 
-Fixed parameters are ``key=value`` lines and matrix axes ``key=v1,v2,v3`` lines. A value is read as a whole
-number, a decimal number, ``true``/``false`` or else text, as a value in a campaign YAML file would mostly be.
+Fixed parameters are ``key=value`` lines and matrix axes ``key=v1,v2,v3`` lines. A value is a whole number when it
+looks like one (``numjobs=4`` as ``numjobs: 4`` in YAML) and text otherwise: fio options take text or integers.
 The form checks only the shape of its inputs; the campaign itself is validated by ``campaign_apply`` (the
 same code as ``manage.py campaign apply``), whose errors are shown next to the field they name.
 """
@@ -15,24 +15,17 @@ from django import forms
 
 from campaigns import services
 from campaigns.models import Campaign
-from campaigns.spec import SpecError
+from campaigns.spec import NAME_RE, SpecError
 from inventory.models import Node, NodeStatus, StorageSystem
 
 KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-INT_RE = re.compile(r"^[+-]?\d+$")
-FLOAT_RE = re.compile(r"^[+-]?(\d+\.\d*|\.\d+)$")
+INT_RE = re.compile(r"^[+-]?[0-9]+$")
 # spec field (before any "." or "[") -> form field, where their names differ
 SPEC_FIELDS = {"node_tags": "nodes"}
 
 
-def parse_value(text: str) -> Any:
-    if INT_RE.match(text):
-        return int(text)
-    if FLOAT_RE.match(text):
-        return float(text)
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    return text
+def parse_value(text: str) -> int | str:
+    return int(text) if INT_RE.match(text) else text
 
 
 def parse_lines(text: str, *, many: bool) -> dict[str, Any]:
@@ -93,6 +86,8 @@ class CampaignForm(forms.Form):
 
     def clean_name(self) -> str:
         name = self.cleaned_data["name"].strip()
+        if not NAME_RE.match(name):  # checked here too, so it shows along with the form's other errors
+            raise forms.ValidationError("letters, digits, '.', '_' or '-', up to 100 characters")
         if Campaign.objects.filter(name=name).exists():
             raise forms.ValidationError(f"a campaign named {name!r} already exists")
         return name

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import uuid
+
 from django.conf import settings
 from django.db import models
 
@@ -70,6 +72,8 @@ RUN_ACTIVE = frozenset({RunStatus.QUEUED, RunStatus.PREPARING, RunStatus.RUNNING
 class Run(models.Model):
     """One matrix point x repetition x attempt."""
 
+    # Names the run's directory on its hosts: unique even across databases sharing nodes, or a reset one.
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="runs")
     sequence = models.PositiveIntegerField(help_text="execution order within the campaign")
     point = models.PositiveIntegerField(help_text="index of the matrix point")

@@ -12,7 +12,11 @@ from campaigns import planning
 from campaigns.models import RUN_TERMINAL, Campaign, Result, Run, RunStatus
 from runners.benchmarks.base import HostContext, get_benchmark
 
-PREVIEW_HOME = "~"  # the real home directory is only known once a worker reaches the host
+
+def preview_home(node: Any) -> str:
+    """The node's home directory as its facts know it; else the usual one, until a worker reaches the host."""
+    user = node.login_user
+    return node.facts.get("home") or ("/root" if user == "root" else f"/home/{user}")
 
 
 def campaign_list() -> QuerySet[Campaign]:
@@ -72,7 +76,7 @@ def campaign_preview(*, campaign: Campaign, max_points: int = 50) -> dict[str, A
 
     benchmark = get_benchmark(campaign.kind)
     nodes = campaign_target_nodes(campaign=campaign)
-    root = f"{PREVIEW_HOME}/.rackbench"
+    roots = {node.pk: f"{preview_home(node)}/.rackbench" for node in nodes}
     points = []
     placeholder = Run(campaign=campaign, pk=0)
     for index, params in enumerate(planning.expand(campaign.matrix, campaign.fixed)):
@@ -80,7 +84,8 @@ def campaign_preview(*, campaign: Campaign, max_points: int = 50) -> dict[str, A
             break
         hosts = []
         for i, node in enumerate(nodes):
-            run_dir = f"{root}/{node.name}/run-<id>"
+            root = roots[node.pk]
+            run_dir = f"{root}/{node.name}/run-ID"
             ctx = HostContext(
                 node=node.name, index=i, run_dir=run_dir, data_dir=data_dir_for(placeholder, node.name, root)
             )

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 from campaigns import selectors, services
 from campaigns.forms import CampaignForm
 from campaigns.models import Campaign, CampaignStatus, Run, RunHost
+from runners.benchmarks.base import ParamError
 
 TAIL_CHARS = 8_000  # of each host's stdout/stderr shown on the run page; the full log is a download
 
@@ -50,8 +51,12 @@ def campaign_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def campaign_preview(request: HttpRequest, pk: int) -> HttpResponse:
     campaign = get_object_or_404(Campaign, pk=pk)
-    preview = selectors.campaign_preview(campaign=campaign)
-    return render(request, "campaigns/campaign_preview.html", {"campaign": campaign, "preview": preview})
+    context = {"campaign": campaign}
+    try:
+        context["preview"] = selectors.campaign_preview(campaign=campaign)
+    except ParamError as exc:  # a definition the benchmark plug-in no longer accepts
+        context["error"] = str(exc)
+    return render(request, "campaigns/campaign_preview.html", context)
 
 
 @login_required

@@ -70,7 +70,9 @@ class Node(models.Model):
     cpu_model = models.CharField(max_length=200, blank=True)
     cpu_cores = models.PositiveIntegerField(null=True, blank=True)
     ram_mb = models.PositiveIntegerField(null=True, blank=True)
-    container_runtime = models.CharField(max_length=20, blank=True, help_text="docker, podman, enroot, apptainer or empty for bare metal")
+    container_runtime = models.CharField(
+        max_length=20, blank=True, help_text="docker, podman, enroot, apptainer or empty for bare metal"
+    )
     facts = models.JSONField(default=dict, blank=True)
     facts_collected_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -1,3 +1,10 @@
+from django.urls import path
+
+from inventory import views
 
 app_name = "inventory"
-urlpatterns: list = []
+urlpatterns = [
+    path("nodes/", views.node_list, name="node-list"),
+    path("nodes/<int:pk>/", views.node_detail, name="node-detail"),
+    path("storage/", views.storage_list, name="storage-list"),
+]

@@ -105,6 +105,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(env_str("RACKBENCH_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every request when it is missing
+WHITENOISE_USE_FINDERS = DEBUG  # development serves static/ directly, no collectstatic needed
 LOGIN_URL = "admin:login"
 
 REST_FRAMEWORK = {
@@ -137,7 +139,10 @@ CELERY_TASK_SOFT_TIME_LIMIT = 300
 CELERY_TASK_TIME_LIMIT = 360
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
-    "reconcile-runs": {"task": "campaigns.tasks.reconcile_runs", "schedule": env_float("RACKBENCH_RECONCILE_EVERY", 30.0, minimum=1.0)},
+    "reconcile-runs": {
+        "task": "campaigns.tasks.reconcile_runs",
+        "schedule": env_float("RACKBENCH_RECONCILE_EVERY", 30.0, minimum=1.0),
+    },
 }
 CELERY_TASK_ALWAYS_EAGER = False
 

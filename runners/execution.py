@@ -59,11 +59,15 @@ def host_jobs(run: Run) -> list[HostJob]:
         context = HostContext(
             node=row.host,
             index=i,
-            run_dir=f"{root}/{row.host}/run-{run.pk}",
+            run_dir=f"{root}/{row.host}/{run_dir_name(run)}",
             data_dir=data_dir_for(run, row.host, root),
         )
         jobs.append(HostJob(row, target, context))
     return jobs
+
+
+def run_dir_name(run: Run) -> str:
+    return f"run-{run.pk}-{run.uid.hex[:12]}"
 
 
 def display_command(run_dir: str, argv: list[str], env: dict[str, str]) -> str:
@@ -204,7 +208,7 @@ def run_collect(run: Run) -> tuple[str, str]:
     for (row, _), (stdout, stderr, state) in zip(pairs, outputs, strict=True):
         RunHost.objects.filter(pk=row.pk).update(stdout=stdout, stderr=stderr, exit_code=state.exit_code)
         if state.exit_code != 0:
-            errors.append(f"{row.host}: exited with code {state.exit_code}: {_last_line(stderr or stdout)}")
+            errors.append(f"{row.host}: exited with code {state.exit_code}: {_last_lines(stderr or stdout)}")
             continue
         try:
             per_host += benchmark.parse(stdout, host=row.host)
@@ -231,9 +235,10 @@ def _missing_metrics(benchmark: Benchmark, metrics: list[Metric], hosts: list[st
     ]
 
 
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][:500] if lines else "(no output)"
+def _last_lines(text: str, count: int = 3) -> str:
+    """The end of a tool's complaint: the cause often comes a line or two before the last one."""
+    lines = [line.strip()[:300] for line in text.strip().splitlines() if line.strip()]
+    return " | ".join(lines[-count:]) if lines else "(no output)"
 
 
 def _tails(pairs: list[tuple[str, str]]) -> str:

@@ -32,6 +32,7 @@ NVIDIA_SMI_FIELDS = ("name", "memory.total", "driver_version", "pci.bus_id")
 MOUNT_TYPES = (
     "nfs|nfs4|lustre|xfs|ext4|ext3|btrfs|zfs|gpfs|beegfs|cifs|smb3|ceph|fuse\\.ceph-fuse|wekafs|fuse\\.weka|panfs"
 )
+MOUNT_FILTER = f"$3 ~ /^({MOUNT_TYPES})$/"  # awk program: /proc/mounts lines of storage file systems
 RUNTIMES = ("docker", "podman", "enroot", "apptainer", "singularity")  # preference order
 SCRIPT_TIMEOUT = 90.0
 
@@ -53,7 +54,7 @@ section link-speed
 for dev in /sys/class/net/*; do printf '%s %s\\n' "${{dev##*/}}" "$(cat "$dev/speed" 2>/dev/null)"; done
 section ibv-devinfo
 if command -v ibv_devinfo >/dev/null 2>&1; then $T ibv_devinfo 2>&1; fi
-section mounts; awk '$3 ~ /^({MOUNT_TYPES})$/' /proc/mounts
+section mounts; awk {shlex.quote(MOUNT_FILTER)} /proc/mounts
 section container-runtimes
 for rt in {" ".join(RUNTIMES)}; do command -v "$rt" >/dev/null 2>&1 && echo "$rt"; done
 section end
@@ -239,9 +240,7 @@ def parse_ip_addr(text: str) -> list[dict[str, Any]]:
     for link in json.loads(text):
         if not link.get("ifname") or link.get("link_type") == "loopback":
             continue  # some iproute2 versions emit empty objects
-        addresses = [
-            f"{info['local']}/{info['prefixlen']}" for info in link.get("addr_info", []) if info.get("local")
-        ]
+        addresses = [f"{info['local']}/{info['prefixlen']}" for info in link.get("addr_info", []) if info.get("local")]
         nics.append(
             {
                 "name": link["ifname"],

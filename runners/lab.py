@@ -249,8 +249,21 @@ def _ensure_system_account() -> None:
     if _home_of(LAB_USER) is None:
         # Password "*" rather than useradd's "!": without PAM, sshd refuses key logins to "!"-locked accounts.
         created = _run(
-            ["useradd", "--system", "--user-group", "--create-home", "--home-dir", str(LAB_HOME),
-             "--shell", "/bin/sh", "--password", "*", "--comment", "rackbench lab nodes", LAB_USER],
+            [
+                "useradd",
+                "--system",
+                "--user-group",
+                "--create-home",
+                "--home-dir",
+                str(LAB_HOME),
+                "--shell",
+                "/bin/sh",
+                "--password",
+                "*",
+                "--comment",
+                "rackbench lab nodes",
+                LAB_USER,
+            ],
             check=False,
         )
         if _home_of(LAB_USER) is None:  # a concurrent lab_up may have won the race: then all is well

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -97,11 +100,16 @@ def test_it_fails_the_runs_of_an_unreachable_node_and_other_campaigns_go_on(lab:
 
 
 def test_it_refuses_a_node_whose_host_key_changed(lab: dict[str, Any], worker: Any) -> None:
+    lab1 = lab["nodes"]["lab1"]
     other = HostKey.objects.get(address=lab["nodes"]["lab2"].address, port=LAB_PORT)
-    HostKey.objects.filter(address=lab["nodes"]["lab1"].address, port=LAB_PORT).update(
+    HostKey.objects.filter(address=lab1.address, port=LAB_PORT).update(
         key_type=other.key_type, key_base64=other.key_base64, fingerprint=other.fingerprint
     )
-    campaign = services.campaign_launch(campaign=services.campaign_apply(data=fio_campaign("hostkey", ["lab1"])))
+    # A new inventory entry for the same host: the worker opens a new connection, as after a reinstall.
+    node_upsert(name="lab1-reinstalled", address=lab1.address, ssh_port=LAB_PORT, ssh_user=lab1.ssh_user,
+                credential=lab1.credential)  # fmt: skip
+    data = fio_campaign("hostkey", ["lab1-reinstalled"])
+    campaign = services.campaign_launch(campaign=services.campaign_apply(data=data))
 
     assert finished(campaign).status == CampaignStatus.FAILED
     run = campaign.runs.get()
@@ -110,7 +118,8 @@ def test_it_refuses_a_node_whose_host_key_changed(lab: dict[str, Any], worker: A
 
 
 def test_it_keeps_stderr_when_fio_exits_non_zero(lab: dict[str, Any], worker: Any) -> None:
-    data = fio_campaign("fio-fails", ["lab1"], fixed={"bs": "64k", "size": "8M", "filename": "/proc/rackbench/none"})
+    missing = "/tmp/rackbench-no-such-directory"  # fio does not create a directory it is given
+    data = fio_campaign("fio-fails", ["lab1"], fixed={"bs": "64k", "size": "8M", "directory": missing})
     campaign = services.campaign_launch(campaign=services.campaign_apply(data=data))
 
     assert finished(campaign).status == CampaignStatus.FAILED
@@ -118,7 +127,8 @@ def test_it_keeps_stderr_when_fio_exits_non_zero(lab: dict[str, Any], worker: An
     host = run.hosts.get()
     assert host.exit_code not in (0, None)
     assert "exited with code" in run.error and "lab1" in run.error
-    assert "/proc/rackbench/none" in run.stderr_tail + run.stdout_tail
+    assert f"{missing} is not a directory" in run.stderr_tail
+    assert f"{missing} is not a directory" in run.error  # the last line of stderr, in the run's error
 
 
 def test_it_cancels_a_running_run_and_kills_fio(lab: dict[str, Any], worker: Any) -> None:
@@ -164,3 +174,22 @@ def test_it_never_runs_two_campaigns_on_one_node_at_once(lab: dict[str, Any], wo
     spans = sorted((r.started_at, r.finished_at) for r in Run.objects.filter(campaign__in=[first, second]))
     for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
         assert start >= end, "two runs overlapped on lab4"
+
+
+def test_it_passes_parameter_values_with_shell_metacharacters_literally(lab: dict[str, Any], worker: Any) -> None:
+    scratch = Path(lab["storage"].export_path)
+    marker = f"pwned-{os.getpid()}"  # a shell would create it in the run's directory (its working directory)
+    directory = scratch / f"meta && touch {marker} `touch {marker}` | cat > {marker} (x) 'q' \"dq\""
+    directory.mkdir()
+    shutil.chown(directory, user=lab["nodes"]["lab1"].ssh_user)
+    try:
+        data = fio_campaign("metachars", ["lab1"], fixed={"bs": "64k", "size": "4M", "directory": str(directory)})
+        campaign = services.campaign_launch(campaign=services.campaign_apply(data=data))
+
+        assert finished(campaign).status == CampaignStatus.SUCCEEDED, campaign.runs.get().error
+        run_dir = Path(campaign.runs.get().hosts.get().remote_dir)
+        assert sorted(p.name for p in run_dir.iterdir() if marker in p.name) == []
+        assert [p for p in scratch.iterdir() if p.name.startswith(marker)] == []
+        assert sorted(p.name for p in directory.iterdir()) == ["rackbench.0.0"]
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

@@ -83,8 +83,10 @@ class Command(BaseCommand):
     def status(self, *, as_json: bool) -> None:
         nodes = lab.lab_status()
         if as_json:
-            rows = [{"name": n.name, "address": n.address, "port": n.port, "pid": n.pid, "running": n.running}
-                    for n in nodes]
+            rows = [
+                {"name": n.name, "address": n.address, "port": n.port, "pid": n.pid, "running": n.running}
+                for n in nodes
+            ]
             self.stdout.write(json.dumps(rows, indent=2))
         elif nodes:
             self._print_table(nodes)

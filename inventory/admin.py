@@ -1,0 +1,173 @@
+"""Django admin for the inventory. Credentials and host keys change only through inventory.services."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import QuerySet
+from django.forms import ModelForm
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+
+from inventory import importers, services, tasks
+from inventory.forms import CredentialForm, NodeImportForm
+from inventory.models import Credential, HostKey, Interface, Node, Site, StorageSystem, Tag
+
+
+@admin.register(Site)
+class SiteAdmin(admin.ModelAdmin):
+    list_display = ["name", "description"]
+    search_fields = ["name", "description"]
+
+
+@admin.register(Tag)
+class TagAdmin(admin.ModelAdmin):
+    list_display = ["name"]
+    search_fields = ["name"]
+
+
+@admin.register(Credential)
+class CredentialAdmin(admin.ModelAdmin):
+    """The private key is write-only; the encrypted field is never part of any form or page."""
+
+    form = CredentialForm
+    list_display = ["name", "username", "fingerprint", "created_at"]
+    search_fields = ["name", "username", "fingerprint"]
+    readonly_fields = ["public_key", "fingerprint", "created_at"]
+
+    def get_fields(self, request: HttpRequest, obj: Credential | None = None) -> list[str]:
+        fields = ["name", "username", "private_key"]
+        return fields + self.readonly_fields if obj else fields
+
+    def save_model(self, request: HttpRequest, obj: Credential, form: ModelForm, change: bool) -> None:
+        key = form.cleaned_data["private_key"]
+        if change:
+            services.credential_update(credential=obj, name=obj.name, username=obj.username)
+            if key.strip():
+                services.credential_set_key(credential=obj, private_key=key)
+            return
+        created = services.credential_create(name=obj.name, username=obj.username, private_key=key)
+        # The admin goes on with ``obj`` (log entry, redirect): make it the row the service created.
+        obj.pk = created.pk
+        obj.refresh_from_db()
+
+
+class InterfaceInline(admin.TabularInline):
+    model = Interface
+    extra = 0
+    fields = ["name", "role", "speed_mbps", "mtu", "addresses"]
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    change_list_template = "admin/inventory/node/change_list.html"
+    list_display = [
+        "name", "address", "ssh_port", "role", "status", "site", "gpu_model", "gpu_count",
+        "cpu_cores", "ram_mb", "facts_collected_at",
+    ]  # fmt: skip
+    list_filter = ["status", "role", "site", "tags", "gpu_model"]
+    list_select_related = ["site"]
+    search_fields = ["name", "address", "gpu_model", "cpu_model"]
+    filter_horizontal = ["tags"]
+    inlines = [InterfaceInline]
+    readonly_fields = ["facts_pretty", "facts_collected_at", "created_at"]
+    fieldsets = [
+        (None, {"fields": ["name", "site", "role", "status", "tags"]}),
+        ("SSH", {"fields": ["address", "ssh_port", "ssh_user", "credential"]}),
+        (
+            "Hardware",
+            {
+                "fields": [
+                    "gpu_model",
+                    "gpu_count",
+                    "gpu_memory_mb",
+                    "cpu_model",
+                    "cpu_cores",
+                    "ram_mb",
+                    "container_runtime",
+                ]
+            },
+        ),
+        ("Discovered facts", {"fields": ["facts_collected_at", "facts_pretty", "created_at"]}),
+    ]
+    actions = ["collect_facts"]
+
+    @admin.display(description="Facts")
+    def facts_pretty(self, obj: Node) -> str:
+        if not obj.facts:
+            return "Not collected yet: use the action “Collect facts” on the node list."
+        return format_html("<pre>{}</pre>", json.dumps(obj.facts, indent=2, sort_keys=True))
+
+    @admin.action(description="Collect facts", permissions=["change"])
+    def collect_facts(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        node_ids = list(queryset.values_list("pk", flat=True))
+
+        def enqueue() -> None:
+            for node_id in node_ids:
+                tasks.collect_facts_task.delay(node_id)
+
+        transaction.on_commit(enqueue)
+        self.message_user(request, f"Queued fact collection for {len(node_ids)} node(s).", messages.SUCCESS)
+
+    def get_urls(self) -> list[URLPattern]:
+        urls = [path("import/", self.admin_site.admin_view(self.import_view), name="inventory_node_import")]
+        return urls + super().get_urls()
+
+    def import_view(self, request: HttpRequest) -> HttpResponse:
+        if not (self.has_add_permission(request) and self.has_change_permission(request)):
+            raise PermissionDenied
+        form = NodeImportForm(request.POST or None, request.FILES or None)
+        errors: list[tuple[int, str]] = []
+        if request.method == "POST" and form.is_valid():
+            try:
+                nodes = importers.nodes_import(text=form.cleaned_data["content"], fmt=form.cleaned_data["fmt"])
+            except importers.NodeImportError as exc:
+                errors = exc.errors
+            else:
+                self.message_user(request, f"Imported {len(nodes)} node(s).", messages.SUCCESS)
+                return HttpResponseRedirect(reverse("admin:inventory_node_changelist"))
+        context: dict[str, Any] = {
+            **self.admin_site.each_context(request),
+            "title": "Import nodes",
+            "opts": self.model._meta,
+            "form": form,
+            "import_errors": errors,
+            "columns": importers.COLUMNS,
+        }
+        return TemplateResponse(request, "admin/inventory/node/import.html", context)
+
+
+@admin.register(StorageSystem)
+class StorageSystemAdmin(admin.ModelAdmin):
+    list_display = ["name", "kind", "site", "export_path", "admin_address", "node_count", "rated_read_mbps"]
+    list_filter = ["kind", "site"]
+    list_select_related = ["site"]
+    search_fields = ["name", "export_path", "admin_address"]
+
+
+@admin.register(HostKey)
+class HostKeyAdmin(admin.ModelAdmin):
+    """Pinned keys are recorded by SSH, never typed in. Deleting one forgets it (after a reinstall)."""
+
+    list_display = ["address", "port", "key_type", "fingerprint", "first_seen"]
+    search_fields = ["address", "fingerprint"]
+    list_filter = ["key_type"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: HostKey | None = None) -> bool:
+        return False
+
+    def delete_model(self, request: HttpRequest, obj: HostKey) -> None:
+        services.hostkey_forget(address=obj.address, port=obj.port)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[HostKey]) -> None:
+        for key in queryset:
+            services.hostkey_forget(address=key.address, port=key.port)
