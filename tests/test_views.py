@@ -104,7 +104,7 @@ def page_urls(campaign: Campaign) -> list[str]:
 
 @pytest.mark.django_db
 def test_it_redirects_anonymous_users_to_the_login_page(client: Any, running: Campaign) -> None:
-    login = reverse("admin:login")
+    login = reverse("login")
     for url in page_urls(running):
         response = client.get(url)
         assert response.status_code == 302, url
@@ -419,3 +419,12 @@ def test_it_shows_a_node_with_its_facts_and_interfaces(browser: Any, node: Any) 
     html = browser.get(reverse("inventory:node-detail", args=[node.pk])).content.decode()
     assert "eth0" in html and "10.0.0.1/24" in html
     assert "&quot;kernel&quot;: &quot;6.8.0-lab&quot;" in html
+
+
+def test_a_non_staff_user_can_log_in_through_the_login_page(client: Any, django_user_model: Any) -> None:
+    django_user_model.objects.create_user("engineer", password="pw-engineer-123")
+
+    response = client.post(reverse("login"), {"username": "engineer", "password": "pw-engineer-123"}, follow=True)
+
+    assert response.status_code == 200 and response.wsgi_request.user.username == "engineer"
+    assert client.get("/").status_code == 200
