@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from campaigns.models import Campaign, Result, Run, RunHost
@@ -44,6 +46,7 @@ class CampaignSerializer(serializers.ModelSerializer):
     run_total = serializers.IntegerField(read_only=True)
     run_done = serializers.IntegerField(read_only=True)
     run_failed = serializers.IntegerField(read_only=True)
+    matrix = serializers.SerializerMethodField(help_text="parameter name -> values, in expansion order")
 
     class Meta:
         model = Campaign
@@ -52,6 +55,9 @@ class CampaignSerializer(serializers.ModelSerializer):
             "repetitions", "warmup_runs", "flush_clients", "flush_storage", "run_timeout_s", "owner",
             "created_at", "launched_at", "finished_at", "run_total", "run_done", "run_failed",
         ]  # fmt: skip
+
+    def get_matrix(self, campaign: Campaign) -> dict[str, list[Any]]:
+        return {name: values for name, values in campaign.matrix}
 
 
 class RunHostSerializer(serializers.ModelSerializer):

@@ -129,7 +129,7 @@ def campaign_summary(*, campaign: Campaign) -> list[dict[str, Any]]:
     """Per matrix point and aggregate metric: statistics over the succeeded repetitions (warm-ups excluded)."""
     rows = (
         Result.objects.filter(run__campaign=campaign, run__status=RunStatus.SUCCEEDED, run__is_warmup=False, host="")
-        .filter(labels={})
+        .exclude(labels__has_key="job")  # aggregates across hosts, not per-job rows
         .values_list("run__point", "run__params", "name", "unit", "value")
         .order_by("run__point", "name")
     )

@@ -134,6 +134,11 @@ def campaign_target_nodes(*, campaign: Campaign) -> list[Node]:
     return sorted(nodes.values(), key=lambda n: n.name)
 
 
+def campaign_transition(*, campaign: Campaign, old: str, new: str, **fields: Any) -> bool:
+    """Move a campaign from ``old`` to ``new``; False (and no change) when it was in another state."""
+    return bool(Campaign.objects.filter(pk=campaign.pk, status=old).update(status=new, **fields))
+
+
 def campaign_launch(*, campaign: Campaign, user: Any = None) -> Campaign:
     """Create every run of the campaign and start the first; draft -> running."""
     from campaigns.tasks import campaign_advance_task
@@ -145,10 +150,9 @@ def campaign_launch(*, campaign: Campaign, user: Any = None) -> Campaign:
     if unusable:
         raise CampaignError(f"nodes not active (maintenance or retired): {', '.join(unusable)}", field="nodes")
     with transaction.atomic():
-        updated = Campaign.objects.filter(pk=campaign.pk, status=CampaignStatus.DRAFT).update(
-            status=CampaignStatus.RUNNING, launched_at=timezone.now()
-        )
-        if not updated:
+        if not campaign_transition(
+            campaign=campaign, old=CampaignStatus.DRAFT, new=CampaignStatus.RUNNING, launched_at=timezone.now()
+        ):
             campaign.refresh_from_db()
             raise CampaignError(f"campaign {campaign.name} is already {campaign.status}", conflict=True)
         planned = planning.plan(
@@ -214,11 +218,7 @@ def campaign_finish(*, campaign: Campaign) -> bool:
         return False
     failed = campaign.runs.exclude(status=RunStatus.SUCCEEDED).exists()
     status = CampaignStatus.FAILED if failed else CampaignStatus.SUCCEEDED
-    return bool(
-        Campaign.objects.filter(pk=campaign.pk, status=CampaignStatus.RUNNING).update(
-            status=status, finished_at=timezone.now()
-        )
-    )
+    return campaign_transition(campaign=campaign, old=CampaignStatus.RUNNING, new=status, finished_at=timezone.now())
 
 
 def campaign_cancel(*, campaign: Campaign) -> Campaign:
@@ -226,10 +226,9 @@ def campaign_cancel(*, campaign: Campaign) -> Campaign:
     from runners.tasks import run_kill_task
 
     with transaction.atomic():
-        updated = Campaign.objects.filter(pk=campaign.pk, status=CampaignStatus.RUNNING).update(
-            status=CampaignStatus.CANCELLED, finished_at=timezone.now()
-        )
-        if not updated:
+        if not campaign_transition(
+            campaign=campaign, old=CampaignStatus.RUNNING, new=CampaignStatus.CANCELLED, finished_at=timezone.now()
+        ):
             campaign.refresh_from_db()
             raise CampaignError(f"campaign {campaign.name} is {campaign.status}, not running", conflict=True)
         now = timezone.now()

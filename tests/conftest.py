@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
@@ -165,10 +166,14 @@ class Worker:
         self.log.close()
 
 
-def purge_broker() -> None:
-    with celery_app.connection_for_write() as conn:
-        for queue in ("default", "ssh"):
-            conn.default_channel.queue_purge(queue)
+def purge_broker(url: str) -> None:
+    """Empty a test broker database, unacknowledged messages of earlier sessions included."""
+    if url.startswith("redis://"):
+        redis.Redis.from_url(url).flushdb()
+    else:
+        with celery_app.connection_for_write() as conn:
+            for queue in ("default", "ssh"):
+                conn.default_channel.queue_purge(queue)
 
 
 @pytest.fixture(scope="session")
@@ -176,7 +181,7 @@ def celery_worker_process(django_db_setup: None, django_db_blocker: Any) -> Iter
     """One real worker for the session, consuming both queues from the real broker."""
     with django_db_blocker.unblock():
         env = worker_env()
-    purge_broker()
+    purge_broker(env["CELERY_BROKER_URL"])
     worker = Worker("main", env)
     yield worker
     worker.stop()

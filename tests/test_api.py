@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
@@ -110,7 +111,7 @@ def test_it_shows_nodes_and_campaigns_with_related_names(api: APIClient, user: A
     assert api.get("/api/v1/nodes/", {"status": "retired"}).json()["count"] == 0
     campaign = api.get("/api/v1/campaigns/").json()["results"][0]
     assert campaign["nodes"] == ["node0"] and campaign["owner"] == "alice"
-    assert campaign["matrix"] == [["rw", ["read", "randread"]]]
+    assert campaign["matrix"] == {"rw": ["read", "randread"]}
     assert (campaign["run_total"], campaign["run_done"], campaign["run_failed"]) == (2, 0, 0)
 
 
@@ -185,3 +186,14 @@ def test_it_refuses_anonymous_launches(user: Any) -> None:
     campaign = campaign_apply(data=fio_data("api-anon", ["lab1"]), owner=user)
     assert APIClient().post(f"/api/v1/campaigns/{campaign.pk}/launch/").status_code == 403
     assert Campaign.objects.get(pk=campaign.pk).status == CampaignStatus.DRAFT
+
+
+def test_it_accepts_http_basic_credentials_for_scripts(django_user_model: Any) -> None:
+    django_user_model.objects.create_user("ci", password="pw-ci-123456")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Basic " + base64.b64encode(b"ci:pw-ci-123456").decode())
+
+    assert client.get("/api/v1/campaigns/").status_code == 200
+    client.credentials(HTTP_AUTHORIZATION="Basic " + base64.b64encode(b"ci:wrong").decode())
+    response = client.get("/api/v1/campaigns/")
+    assert response.status_code in (401, 403) and "message" in response.json()

@@ -11,7 +11,7 @@ from django.conf import settings
 
 from campaigns import services
 from campaigns.models import Campaign, CampaignStatus, Run, RunStatus
-from tests.conftest import ROOT, Worker, group_alive, wait_for, worker_env
+from tests.conftest import ROOT, Worker, group_alive, purge_broker, wait_for, worker_env
 from tests.test_campaign_e2e import fio_campaign
 
 pytestmark = [pytest.mark.lab, pytest.mark.worker]
@@ -22,7 +22,24 @@ def own_broker() -> str:
     base = settings.CELERY_BROKER_URL
     if not base.startswith("redis://"):
         pytest.fail("this test needs Redis (scripts/test sets CELERY_BROKER_URL)")
-    return base.rsplit("/", 1)[0] + "/14"
+    url = base.rsplit("/", 1)[0] + "/14"
+    purge_broker(url)
+    return url
+
+
+def run_then_kill_the_worker(env: dict[str, str], name: str, node: str, runtime: int) -> tuple[Campaign, Run]:
+    """Launch a one-run campaign on its own worker, wait until the run is running, then SIGKILL that worker."""
+    fixed = {"bs": "64k", "size": "8M", "runtime": runtime, "time_based": 1}
+    campaign = services.campaign_apply(data=fio_campaign(name, [node], fixed=fixed))
+    doomed = Worker(f"doomed-{name}", env)
+    try:
+        subprocess.run(
+            [sys.executable, "manage.py", "campaign", "run", name], cwd=ROOT, env=env, check=True, timeout=60
+        )
+        run = wait_for(lambda: Run.objects.filter(campaign=campaign, status=RunStatus.RUNNING).first(), what="running")
+    finally:
+        doomed.kill()
+    return campaign, run
 
 
 def test_it_resumes_a_run_whose_worker_was_killed(lab: dict[str, Any]) -> None:
@@ -32,16 +49,7 @@ def test_it_resumes_a_run_whose_worker_was_killed(lab: dict[str, Any]) -> None:
         RACKBENCH_RECONCILE_EVERY="1",
         RACKBENCH_POLL_INTERVAL="1",
     )
-    fixed = {"bs": "64k", "size": "8M", "runtime": 6, "time_based": 1}
-    campaign = services.campaign_apply(data=fio_campaign("survivor", ["lab1"], fixed=fixed))
-    doomed = Worker("doomed", env)
-    try:
-        subprocess.run(
-            [sys.executable, "manage.py", "campaign", "run", "survivor"], cwd=ROOT, env=env, check=True, timeout=60
-        )
-        run = wait_for(lambda: Run.objects.filter(campaign=campaign, status=RunStatus.RUNNING).first(), what="running")
-    finally:
-        doomed.kill()
+    campaign, run = run_then_kill_the_worker(env, "survivor", "lab1", runtime=6)
 
     rescuer = Worker("rescuer", env, beat=True)
     try:
@@ -67,16 +75,7 @@ def test_it_fails_a_run_with_a_reason_when_it_cannot_be_resumed(lab: dict[str, A
         RACKBENCH_RECONCILE_EVERY="1",
         RACKBENCH_MAX_RESUMES="0",
     )
-    fixed = {"bs": "64k", "size": "8M", "runtime": 30, "time_based": 1}
-    campaign = services.campaign_apply(data=fio_campaign("abandoned", ["lab2"], fixed=fixed))
-    doomed = Worker("doomed2", env)
-    try:
-        subprocess.run(
-            [sys.executable, "manage.py", "campaign", "run", "abandoned"], cwd=ROOT, env=env, check=True, timeout=60
-        )
-        run = wait_for(lambda: Run.objects.filter(campaign=campaign, status=RunStatus.RUNNING).first(), what="running")
-    finally:
-        doomed.kill()
+    campaign, run = run_then_kill_the_worker(env, "abandoned", "lab2", runtime=30)
 
     rescuer = Worker("rescuer2", env, beat=True)
     try:
