@@ -11,9 +11,9 @@ from inventory.models import Node, StorageSystem
 
 
 class NodeSerializer(serializers.ModelSerializer):
-    site = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    credential = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    tags = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+    site: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    credential: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    tags: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
 
     class Meta:
         model = Node
@@ -25,8 +25,10 @@ class NodeSerializer(serializers.ModelSerializer):
 
 
 class StorageSystemSerializer(serializers.ModelSerializer):
-    site = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    admin_credential = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    site: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    admin_credential: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
 
     class Meta:
         model = StorageSystem
@@ -38,10 +40,14 @@ class StorageSystemSerializer(serializers.ModelSerializer):
 
 
 class CampaignSerializer(serializers.ModelSerializer):
-    nodes = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
-    node_tags = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
-    storage = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    nodes: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="name", many=True, read_only=True
+    )
+    node_tags: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="name", many=True, read_only=True
+    )
+    storage: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    owner: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="username", read_only=True)
     # Annotations of campaigns.selectors.campaign_list().
     run_total = serializers.IntegerField(read_only=True)
     run_done = serializers.IntegerField(read_only=True)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable
+from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -238,7 +240,7 @@ def campaign_cancel(*, campaign: Campaign) -> Campaign:
         active = list(campaign.runs.filter(status__in=RUN_ACTIVE).values_list("pk", flat=True))
         for run_id in active:
             run_finish(run_id=run_id, status=RunStatus.CANCELLED, error="cancelled by the user")
-            transaction.on_commit(lambda run_id=run_id: run_kill_task.delay(run_id))
+            transaction.on_commit(partial(run_kill_task.delay, run_id))
     campaign.refresh_from_db()
     return campaign
 
@@ -334,5 +336,5 @@ def results_import(*, campaign: Campaign, kind: str, outputs: list[tuple[str, st
 
 
 def stale_runs(*, older_than: float) -> Any:
-    cutoff = timezone.now() - timezone.timedelta(seconds=older_than)
+    cutoff = timezone.now() - timedelta(seconds=older_than)
     return Run.objects.filter(status__in=RUN_ACTIVE).filter(Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at=None))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -51,7 +52,7 @@ def campaign_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def campaign_preview(request: HttpRequest, pk: int) -> HttpResponse:
     campaign = get_object_or_404(Campaign, pk=pk)
-    context = {"campaign": campaign}
+    context: dict[str, Any] = {"campaign": campaign}
     try:
         context["preview"] = selectors.campaign_preview(campaign=campaign)
     except ParamError as exc:  # a definition the benchmark plug-in no longer accepts
@@ -128,5 +129,5 @@ def run_host_log(request: HttpRequest, pk: int, host_pk: int) -> HttpResponse:
         f"===== stdout =====\n{host.stdout}\n\n===== stderr =====\n{host.stderr}\n"
     )
     response = HttpResponse(text, content_type="text/plain; charset=utf-8")
-    response["Content-Disposition"] = content_disposition_header(False, f"run-{pk}-{host.host}.log.txt")
+    response["Content-Disposition"] = content_disposition_header(False, f"run-{pk}-{host.host}.log.txt") or ""
     return response

@@ -41,8 +41,8 @@ class CredentialAdmin(admin.ModelAdmin):
     search_fields = ["name", "username", "fingerprint"]
     readonly_fields = ["public_key", "fingerprint", "created_at"]
 
-    def get_fields(self, request: HttpRequest, obj: Credential | None = None) -> list[str]:
-        fields = ["name", "username", "private_key"]
+    def get_fields(self, request: HttpRequest, obj: Credential | None = None) -> list[Any]:
+        fields: list[Any] = ["name", "username", "private_key"]
         return fields + self.readonly_fields if obj else fields
 
     def save_model(self, request: HttpRequest, obj: Credential, form: ModelForm, change: bool) -> None:

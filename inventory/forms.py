@@ -59,7 +59,7 @@ class NodeImportForm(forms.Form):
     )
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = super().clean() or {}
         upload, text = data.get("file"), data.get("text") or ""
         if upload and text.strip():
             raise forms.ValidationError("Give either a file or pasted text, not both.")

@@ -111,7 +111,7 @@ def _csv_rows(text: str) -> tuple[list[_Row], list[tuple[int, str]]]:
         if len(cells) != len(columns):
             errors.append((line, f"{len(cells)} fields where the header has {len(columns)}"))
             continue
-        values = {c: cell.strip() for c, cell in zip(columns, cells, strict=True) if cell.strip()}
+        values: dict[str, Any] = {c: cell.strip() for c, cell in zip(columns, cells, strict=True) if cell.strip()}
         if "tags" in values:
             values["tags"] = [tag.strip() for tag in values["tags"].split(";") if tag.strip()]
         rows.append(_Row(line=line, values=values))
@@ -136,7 +136,7 @@ def _yaml_rows(text: str) -> tuple[list[_Row], list[tuple[int, str]]]:
         return [], [((mark.line + 1) if mark else 1, f"not valid YAML: {problem}")]
     if document is None:
         return [], []
-    items = document
+    items: Any = document
     if isinstance(document, yaml.MappingNode):
         items = next((v for k, v in document.value if k.value == "nodes"), None)
         if items is None:
@@ -232,7 +232,7 @@ def _text(key: str, value: Any) -> tuple[str, str]:
         return "", f"{key} must be text, not {value!r}"
     text = str(value).strip()
     model = Site if key == "site" else Node
-    limit = model._meta.get_field("name" if key == "site" else key).max_length
+    limit = getattr(model._meta.get_field("name" if key == "site" else key), "max_length", None)
     if limit and len(text) > limit:
         return "", f"{key} is longer than {limit} characters"
     return text, ""

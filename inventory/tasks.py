@@ -25,7 +25,7 @@ def collect_facts_task(self: Task, node_id: int) -> None:
         facts.collect_facts(node)
     except (ssh.SSHError, SoftTimeLimitExceeded) as exc:
         transient = isinstance(exc, SoftTimeLimitExceeded) or getattr(exc, "transient", False)
-        if transient and self.request.retries < self.max_retries:
+        if transient and self.request.retries < (self.max_retries or 0):
             countdown = settings.RACKBENCH["RETRY_BACKOFF"] * 2**self.request.retries * (1 + random.random() / 2)
             log.warning("facts of %s: transient failure, retry in %.1f s: %s", node.name, countdown, exc)
             raise self.retry(exc=exc, countdown=countdown) from exc

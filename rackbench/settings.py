@@ -7,7 +7,9 @@ filesystem queue under ``RACKBENCH_DATA_DIR`` (``./var``), so a newcomer needs n
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -19,7 +21,7 @@ DATA_DIR = Path(env_str("RACKBENCH_DATA_DIR", str(BASE_DIR / "var"))).resolve()
 DATA_DIR.mkdir(parents=True, exist_ok=True)
 
 
-def _persistent_secret(filename: str, factory) -> str:  # type: ignore[no-untyped-def]
+def _persistent_secret(filename: str, factory: Callable[[], str]) -> str:
     """A secret generated once and kept in the data directory, for zero-configuration development."""
     path = DATA_DIR / filename
     if not path.exists():
@@ -153,7 +155,7 @@ CELERY_BEAT_SCHEDULE = {
 CELERY_TASK_ALWAYS_EAGER = False
 
 # --- rackbench ----------------------------------------------------------------------------------
-RACKBENCH = {
+RACKBENCH: dict[str, Any] = {
     # Fernet keys (comma-separated, newest first) that encrypt credentials at rest.
     "ENCRYPTION_KEYS": env_list("RACKBENCH_ENCRYPTION_KEYS", []),
     "MAX_RUNS_PER_CAMPAIGN": env_int("RACKBENCH_MAX_RUNS", 10_000, minimum=1),

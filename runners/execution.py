@@ -21,10 +21,25 @@ TAIL = 4000
 
 
 @dataclass
-class HostJob:
+class RunTarget:
+    """One host of a run, with the SSH target to reach it."""
+
     row: RunHost
     target: remote.Target
+
+
+@dataclass
+class HostJob(RunTarget):
     context: HostContext
+
+
+def run_targets(run: Run, *, started: bool = False) -> list[RunTarget]:
+    """The run's hosts in name order (only those with a run directory when ``started``)."""
+    rows = list(run.hosts.select_related("node__credential").order_by("host"))
+    missing = [r.host for r in rows if r.node is None]
+    if missing:
+        raise ssh.PermanentSSHError(None, f"nodes removed from the inventory: {', '.join(missing)}")
+    return [RunTarget(r, remote.node_target(r.node)) for r in rows if r.node and (r.remote_dir or not started)]
 
 
 def _raise_first(results: list[Any]) -> None:
@@ -47,22 +62,19 @@ def data_dir_for(run: Run, node_name: str, root: str) -> str:
 
 def host_jobs(run: Run) -> list[HostJob]:
     """Targets and contexts for every host of the run (asks each host for its home directory once)."""
-    rows = list(run.hosts.select_related("node__credential").order_by("host"))
-    missing = [r.host for r in rows if r.node is None]
-    if missing:
-        raise ssh.PermanentSSHError(None, f"nodes removed from the inventory: {', '.join(missing)}")
-    targets = [remote.node_target(r.node) for r in rows]
-    roots = _fan_out(targets, remote.remote_root)
+    hosts = run_targets(run)
+    roots = _fan_out([h.target for h in hosts], remote.remote_root)
     _raise_first(roots)
     jobs = []
-    for i, (row, target, root) in enumerate(zip(rows, targets, roots, strict=True)):
+    for i, (host, root) in enumerate(zip(hosts, roots, strict=True)):
+        row = host.row
         context = HostContext(
             node=row.host,
             index=i,
             run_dir=f"{root}/{row.host}/{run_dir_name(run)}",
             data_dir=data_dir_for(run, row.host, root),
         )
-        jobs.append(HostJob(row, target, context))
+        jobs.append(HostJob(row, host.target, context))
     return jobs
 
 
@@ -183,29 +195,27 @@ class PollOutcome:
 
 
 def run_poll(run: Run) -> PollOutcome:
-    rows = list(run.hosts.select_related("node__credential").order_by("host"))
-    targets = [remote.node_target(r.node) for r in rows if r.node]
-    states = _fan_out(list(zip(rows, targets, strict=True)), lambda rt: remote.job_state(rt[1], rt[0].remote_dir))
+    hosts = run_targets(run)
+    states = _fan_out(hosts, lambda h: remote.job_state(h.target, h.row.remote_dir))
     _raise_first(states)
-    for row, state in zip(rows, states, strict=True):
-        if state.pid and row.pid != state.pid:
-            RunHost.objects.filter(pk=row.pk).update(pid=state.pid)
-    vanished = [row.host for row, state in zip(rows, states, strict=True) if state.vanished]
+    for host, state in zip(hosts, states, strict=True):
+        if state.pid and host.row.pid != state.pid:
+            RunHost.objects.filter(pk=host.row.pk).update(pid=state.pid)
+    vanished = [h.row.host for h, state in zip(hosts, states, strict=True) if state.vanished]
     return PollOutcome(finished=all(s.finished for s in states), vanished=vanished)
 
 
 def run_collect(run: Run) -> tuple[str, str]:
     """Fetch every host's output, store it and the parsed metrics; returns (status, error)."""
     benchmark = get_benchmark(run.campaign.kind)
-    rows = list(run.hosts.select_related("node__credential").order_by("host"))
-    pairs = [(row, remote.node_target(row.node)) for row in rows if row.node]
+    hosts = run_targets(run)
     outputs = _fan_out(
-        pairs, lambda p: (*remote.job_output(p[1], p[0].remote_dir), remote.job_state(p[1], p[0].remote_dir))
+        hosts, lambda h: (*remote.job_output(h.target, h.row.remote_dir), remote.job_state(h.target, h.row.remote_dir))
     )
     _raise_first(outputs)
     errors: list[str] = []
     per_host: list[Metric] = []
-    for (row, _), (stdout, stderr, state) in zip(pairs, outputs, strict=True):
+    for row, (stdout, stderr, state) in zip([h.row for h in hosts], outputs, strict=True):
         RunHost.objects.filter(pk=row.pk).update(stdout=stdout, stderr=stderr, exit_code=state.exit_code)
         if state.exit_code != 0:
             errors.append(f"{row.host}: exited with code {state.exit_code}: {_last_lines(stderr or stdout)}")
@@ -215,13 +225,13 @@ def run_collect(run: Run) -> tuple[str, str]:
         except ParseError as exc:
             errors.append(f"{row.host}: output could not be parsed: {exc}")
     Run.objects.filter(pk=run.pk).update(
-        stdout_tail=_tails([(r.host, o[0]) for (r, _), o in zip(pairs, outputs, strict=True)]),
-        stderr_tail=_tails([(r.host, o[1]) for (r, _), o in zip(pairs, outputs, strict=True)]),
+        stdout_tail=_tails([(h.row.host, o[0]) for h, o in zip(hosts, outputs, strict=True)]),
+        stderr_tail=_tails([(h.row.host, o[1]) for h, o in zip(hosts, outputs, strict=True)]),
     )
     metrics = per_host + benchmark.aggregate(per_host) if per_host else []
     services.run_store_results(run=run, metrics=metrics)
     if not errors:
-        errors += _missing_metrics(benchmark, metrics, [r.host for r, _ in pairs])
+        errors += _missing_metrics(benchmark, metrics, [h.row.host for h in hosts])
     return (RunStatus.FAILED, "\n".join(errors)) if errors else (RunStatus.SUCCEEDED, "")
 
 
@@ -249,16 +259,15 @@ def _tails(pairs: list[tuple[str, str]]) -> str:
 
 
 def run_kill(run: Run) -> None:
-    rows = [r for r in run.hosts.select_related("node__credential") if r.node and r.remote_dir]
-    results = _fan_out(rows, lambda r: remote.job_kill(remote.node_target(r.node), r.remote_dir))
+    results = _fan_out(run_targets(run, started=True), lambda h: remote.job_kill(h.target, h.row.remote_dir))
     _raise_first(results)
 
 
 def run_keep_output(run: Run) -> None:
     """Store what a stopped run printed (best effort: a host that cannot be reached keeps nothing)."""
-    rows = [r for r in run.hosts.select_related("node__credential") if r.node and r.remote_dir]
-    outputs = _fan_out(rows, lambda r: remote.job_output(remote.node_target(r.node), r.remote_dir))
-    kept = [(r, o) for r, o in zip(rows, outputs, strict=True) if not isinstance(o, BaseException)]
+    hosts = run_targets(run, started=True)
+    outputs = _fan_out(hosts, lambda h: remote.job_output(h.target, h.row.remote_dir))
+    kept = [(h.row, o) for h, o in zip(hosts, outputs, strict=True) if not isinstance(o, BaseException)]
     for row, (stdout, stderr) in kept:
         RunHost.objects.filter(pk=row.pk).update(stdout=stdout, stderr=stderr)
     Run.objects.filter(pk=run.pk).update(

@@ -143,6 +143,7 @@ def parse_lscpu(text: str) -> dict[str, Any]:
     sockets = _int(fields.get("Socket(s)"))
     per_socket = _int(fields.get("Core(s) per socket"))
     per_core = _int(fields.get("Thread(s) per core"))
+    cores: int | None
     if sockets and per_socket:
         cores = sockets * per_socket
     elif threads and per_core:

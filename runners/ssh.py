@@ -274,7 +274,7 @@ class Pool:
             try:
                 with sftp.open(path, "rb") as fh:
                     if limit is not None:
-                        size = fh.stat().st_size
+                        size = fh.stat().st_size or 0
                         if size > limit:
                             fh.seek(size - limit)
                     return fh.read()
@@ -294,7 +294,9 @@ class _SFTPSession:
         try:
             client = self.pool.client(self.endpoint, self.pkey)
             self.sftp = client.open_sftp()
-            self.sftp.get_channel().settimeout(self.pool.timeouts.command)
+            channel = self.sftp.get_channel()
+            if channel is not None:
+                channel.settimeout(self.pool.timeouts.command)
         except SSHError:
             raise
         except (paramiko.SSHException, OSError, EOFError) as exc:
@@ -302,7 +304,7 @@ class _SFTPSession:
             raise TransientSSHError(self.endpoint, f"SFTP unavailable: {exc or type(exc).__name__}") from None
         return self.sftp
 
-    def __exit__(self, exc_type, exc, tb) -> None:  # type: ignore[no-untyped-def]
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if self.sftp:
             self.sftp.close()
         if exc_type is not None and issubclass(exc_type, (paramiko.SSHException, EOFError, socket.timeout)):

@@ -36,7 +36,7 @@ def _retry_or_fail(task: Task, run_id: int, exc: BaseException, *, kill: bool = 
         services.run_heartbeat(run_id=run_id)
         countdown = cfg["RETRY_BACKOFF"] * (2**retries) * (1 + random.random() / 2)
         log.warning("run %s: transient failure, retry %s in %.1f s: %s", run_id, retries + 1, countdown, exc)
-        raise task.retry(countdown=countdown, exc=exc)
+        raise task.retry(countdown=countdown, exc=exc if isinstance(exc, Exception) else None)
     if isinstance(exc, ssh.SSHError | ParamError):
         message = str(exc)
     else:
@@ -82,8 +82,8 @@ def run_start_task(self: Task, run_id: int) -> None:
 
 def _already_submitted(run: Run) -> bool:
     """A resumed run may have been started before its worker died: never start it twice."""
-    rows = [r for r in run.hosts.select_related("node__credential") if r.node and r.remote_dir]
-    return any(remote.job_state(remote.node_target(r.node), r.remote_dir).submitted for r in rows)
+    hosts = execution.run_targets(run, started=True)
+    return any(remote.job_state(h.target, h.row.remote_dir).submitted for h in hosts)
 
 
 def _mark_running(run: Run) -> None:

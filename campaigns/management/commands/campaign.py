@@ -147,7 +147,7 @@ class Command(BaseCommand):
                 "status": r.status,
                 "params": r.params,
                 "error": r.error,
-                "results": [{"name": m.name, "value": m.value, "unit": m.unit} for m in r.aggregates],
+                "results": [{"name": m.name, "value": m.value, "unit": m.unit} for m in r.aggregates],  # type: ignore[attr-defined]
             }
             for r in selectors.campaign_runs(campaign=campaign)
         ]
@@ -181,7 +181,8 @@ class Command(BaseCommand):
 
     def do_list(self, **_: Any) -> None:
         for c in selectors.campaign_list():
-            self.stdout.write(f"{c.name:<40} {c.kind:<8} {c.status:<10} {c.run_done}/{c.run_total} runs")
+            done, total = c.run_done, c.run_total  # type: ignore[attr-defined]  # annotations of campaign_list()
+            self.stdout.write(f"{c.name:<40} {c.kind:<8} {c.status:<10} {done}/{total} runs")
 
 
 def _num(value: float | None) -> str:

@@ -135,11 +135,11 @@ class Command(BaseCommand):
         A different pinned key means the lab directory was recreated: the lab owns that endpoint, so it re-pins.
         """
         key_type, key_base64 = node.host_public_key.split()[:2]
-        endpoint = {"address": node.address, "port": node.port}
-        pinned = hostkey_pin(**endpoint, key_type=key_type, key_base64=key_base64)
+        address, port = node.address, node.port
+        pinned = hostkey_pin(address=address, port=port, key_type=key_type, key_base64=key_base64)
         if pinned.key_base64 != key_base64:
-            hostkey_forget(**endpoint)
-            hostkey_pin(**endpoint, key_type=key_type, key_base64=key_base64)
+            hostkey_forget(address=address, port=port)
+            hostkey_pin(address=address, port=port, key_type=key_type, key_base64=key_base64)
             self.stderr.write(f"{node.name}: its host key changed (lab directory recreated?); pinned the new one.")
 
     def _print_table(self, nodes: list[lab.LabNode]) -> None:
