@@ -26,6 +26,9 @@ class Campaign(models.Model):
     # [[name, [values...]], ...]: a list, because PostgreSQL's jsonb does not keep a mapping's key order.
     matrix = models.JSONField(default=list, blank=True, help_text="axes of the parameter matrix (cross product)")
     fixed = models.JSONField(default=dict, blank=True, help_text="parameters shared by every run")
+    env = models.JSONField(default=dict, blank=True, help_text="environment of every command (NCCL_*, ...)")
+    # zip / exclude / overrides / derived: see campaigns.planning.expand
+    rules = models.JSONField(default=dict, blank=True, help_text="how the matrix expands beyond the cross product")
     nodes = models.ManyToManyField(Node, blank=True, related_name="campaigns")
     node_tags = models.ManyToManyField(Tag, blank=True, related_name="campaigns")
     storage = models.ForeignKey(
@@ -114,7 +117,8 @@ class RunHost(models.Model):
     node = models.ForeignKey(Node, null=True, on_delete=models.SET_NULL, related_name="run_hosts")
     host = models.CharField(max_length=100, help_text="node name at the time of the run")
     address = models.CharField(max_length=255)
-    command = models.TextField()
+    command = models.TextField(help_text="the main command; empty when this host only takes part (MPI ranks)")
+    service_command = models.TextField(blank=True, help_text="a server started before the main commands")
     remote_dir = models.CharField(max_length=500)
     pid = models.IntegerField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)

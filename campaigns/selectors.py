@@ -10,7 +10,7 @@ from django.db.models import Count, Prefetch, Q, QuerySet
 
 from campaigns import planning
 from campaigns.models import RUN_TERMINAL, Campaign, Result, Run, RunStatus
-from runners.benchmarks.base import HostContext, get_benchmark
+from runners.benchmarks.base import get_benchmark
 
 
 def preview_home(node: Any) -> str:
@@ -66,42 +66,52 @@ def campaign_spec(*, campaign: Campaign) -> dict[str, Any]:
         fixed=dict(campaign.fixed),
         matrix={name: list(values) for name, values in campaign.matrix},
     )
+    if campaign.env:
+        data["env"] = dict(campaign.env)
+    for key in ("zip", "exclude", "overrides", "derived"):
+        if campaign.rules.get(key):
+            data[key] = campaign.rules[key]
     return data
 
 
 def campaign_preview(*, campaign: Campaign, max_points: int = 50) -> dict[str, Any]:
     """How many runs the campaign expands to and the exact command of each matrix point on each host."""
     from campaigns.services import campaign_target_nodes
-    from runners.execution import data_dir_for, display_command
+    from runners.execution import display_command, host_context, host_infos, split_commands
 
     benchmark = get_benchmark(campaign.kind)
     nodes = campaign_target_nodes(campaign=campaign)
-    roots = {node.pk: f"{preview_home(node)}/.rackbench" for node in nodes}
-    points = []
     placeholder = Run(campaign=campaign, pk=0)
-    for index, params in enumerate(planning.expand(campaign.matrix, campaign.fixed)):
+    points = []
+    for index, params in enumerate(planning.expand(campaign.matrix, campaign.fixed, campaign.rules)):
         if index >= max_points:
             break
+        run_nodes = planning.nodes_for(params, nodes)
+        infos = host_infos(run_nodes)
         hosts = []
-        for i, node in enumerate(nodes):
-            root = roots[node.pk]
-            run_dir = f"{root}/{node.name}/run-ID"
-            ctx = HostContext(
-                node=node.name, index=i, run_dir=run_dir, data_dir=data_dir_for(placeholder, node.name, root)
-            )
-            command = benchmark.build(params, ctx)
+        for i, node in enumerate(run_nodes):
+            root = f"{preview_home(node)}/.rackbench"
+            ctx = host_context(placeholder, node_name=node.name, index=i, root=root, hosts=infos, dir_name="run-ID")
+            main, service = split_commands(benchmark.build(planning.benchmark_params(params), ctx))
             hosts.append(
                 {
                     "host": node.name,
                     "address": node.address,
-                    "command": display_command(run_dir, command.argv, command.env),
-                    "files": command.files,
+                    "command": display_command(ctx.run_dir, main.argv, main.env) if main else "",
+                    "files": main.files if main else {},
+                    "service": display_command(f"{ctx.run_dir}/service", service.argv, service.env) if service else "",
                 }
             )
         points.append({"point": index, "params": params, "hosts": hosts})
     return {
-        "points": planning.point_count(campaign.matrix),
-        "runs": planning.run_count(campaign.matrix, repetitions=campaign.repetitions, warmup_runs=campaign.warmup_runs),
+        "points": planning.point_count(campaign.matrix, campaign.fixed, campaign.rules),
+        "runs": planning.run_count(
+            campaign.matrix,
+            campaign.fixed,
+            campaign.rules,
+            repetitions=campaign.repetitions,
+            warmup_runs=campaign.warmup_runs,
+        ),
         "repetitions": campaign.repetitions,
         "warmup_runs": campaign.warmup_runs,
         "nodes": [n.name for n in nodes],

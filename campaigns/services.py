@@ -55,12 +55,24 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None) -> Campaign:
     """Create or update a campaign from its definition (campaign as code). All or nothing."""
     spec = spec_module.validate(data)
     limit = settings.RACKBENCH["MAX_RUNS_PER_CAMPAIGN"]
-    count = planning.run_count(spec["matrix"], repetitions=spec["repetitions"], warmup_runs=spec["warmup_runs"])
+    size = planning.product_size(spec["matrix"], spec["rules"])
+    count = (
+        planning.run_count(
+            spec["matrix"],
+            spec["fixed"],
+            spec["rules"],
+            repetitions=spec["repetitions"],
+            warmup_runs=spec["warmup_runs"],
+        )
+        if size <= limit * 10
+        else size * (spec["repetitions"] + spec["warmup_runs"])
+    )
     if count > limit:
         raise SpecError("matrix", f"expands to {count:,} runs, more than the limit of {limit:,} (RACKBENCH_MAX_RUNS)")
     nodes = _resolve_nodes(spec["nodes"])
     tags = _resolve_tags(spec["node_tags"])
     storage = _resolve_storage(spec["storage"])
+    _check_node_axis(spec, available=len(_selection(nodes, tags)))
     if spec["flush_storage"] and storage is None:
         raise SpecError("cache.flush_storage", "is true but the campaign names no storage system")
     with transaction.atomic():
@@ -76,6 +88,8 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None) -> Campaign:
         campaign.kind = spec["kind"]
         campaign.matrix = spec["matrix"]
         campaign.fixed = spec["fixed"]
+        campaign.env = spec["env"]
+        campaign.rules = spec["rules"]
         campaign.storage = storage
         campaign.repetitions = spec["repetitions"]
         campaign.warmup_runs = spec["warmup_runs"]
@@ -86,6 +100,19 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None) -> Campaign:
         campaign.nodes.set(nodes)
         campaign.node_tags.set(tags)
     return campaign
+
+
+def _selection(nodes: list[Node], tags: list[Tag]) -> set[int]:
+    tagged = Node.objects.filter(tags__in=tags, status=NodeStatus.ACTIVE).values_list("pk", flat=True)
+    return {n.pk for n in nodes} | set(tagged)
+
+
+def _check_node_axis(spec: dict[str, Any], *, available: int) -> None:
+    counts = [v for name, values in spec["matrix"] if name == "nodes" for v in values]
+    counts += [spec["fixed"]["nodes"]] if "nodes" in spec["fixed"] else []
+    too_many = [c for c in counts if isinstance(c, int) and c > available]
+    if too_many:
+        raise SpecError("matrix.nodes", f"asks for {max(too_many)} nodes but the campaign selects {available}")
 
 
 def _resolve_nodes(names: list[str]) -> list[Node]:
@@ -158,7 +185,11 @@ def campaign_launch(*, campaign: Campaign, user: Any = None) -> Campaign:
             campaign.refresh_from_db()
             raise CampaignError(f"campaign {campaign.name} is already {campaign.status}", conflict=True)
         planned = planning.plan(
-            campaign.matrix, campaign.fixed, repetitions=campaign.repetitions, warmup_runs=campaign.warmup_runs
+            campaign.matrix,
+            campaign.fixed,
+            campaign.rules,
+            repetitions=campaign.repetitions,
+            warmup_runs=campaign.warmup_runs,
         )
         runs = Run.objects.bulk_create(
             Run(
@@ -171,11 +202,10 @@ def campaign_launch(*, campaign: Campaign, user: Any = None) -> Campaign:
             )
             for p in planned
         )
-        runs = list(Run.objects.filter(campaign=campaign).order_by("sequence"))
         RunHost.objects.bulk_create(
             RunHost(run=run, node=node, host=node.name, address=node.address, command="", remote_dir="")
             for run in runs
-            for node in nodes
+            for node in planning.nodes_for(run.params, nodes)
         )
         transaction.on_commit(lambda: campaign_advance_task.delay(campaign.pk))
     campaign.refresh_from_db()

@@ -13,9 +13,15 @@ Format (see examples/campaigns/ and the README)::
     cache: {flush_clients: true, flush_storage: true}
     timeout: 600                      # seconds per run
     fixed: {bs: 1M, size: 64M}        # parameters of every run
+    env: {NCCL_DEBUG: INFO}           # environment of every command (MPI passes it with -x)
     matrix:                           # full cross product, in this order
       rw: [read, randread]
       numjobs: [1, 4, 16]
+      nodes: [1, 2]                   # reserved: the run uses the first N selected nodes
+    zip: [[model, batch_size]]        # these axes vary together (same lengths)
+    exclude: [{rw: randread, numjobs: 16}]            # points left out
+    overrides: [{when: {model: vgg16}, set: {batch_size: 192}}]
+    derived: {np: "nodes * gpus_per_node"}            # arithmetic over the point's numbers
 """
 
 from __future__ import annotations
@@ -30,8 +36,9 @@ from runners.benchmarks.base import ParamError, get_benchmark
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 TOP_LEVEL = {
     "name", "description", "kind", "nodes", "node_tags", "storage", "repetitions", "warmup_runs", "cache",
-    "timeout", "fixed", "matrix",
+    "timeout", "fixed", "matrix", "env", "zip", "exclude", "overrides", "derived",
 }  # fmt: skip
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CACHE_KEYS = {"flush_clients", "flush_storage"}
 SCALAR = (str, int, float, bool)
 
@@ -131,6 +138,7 @@ def validate(data: dict[str, Any]) -> dict[str, Any]:
     overlap = sorted(set(fixed) & {axis[0] for axis in matrix})
     if overlap:
         raise SpecError(f"matrix.{overlap[0]}", "is also set in fixed; set it in one place")
+    rules = _rules(data, matrix, fixed)
     spec = {
         "name": name,
         "description": str(data.get("description") or ""),
@@ -145,6 +153,8 @@ def validate(data: dict[str, Any]) -> dict[str, Any]:
         "timeout": _int(data, "timeout", 3600, minimum=1),
         "fixed": fixed,
         "matrix": matrix,
+        "env": _env(data.get("env")),
+        "rules": rules,
     }
     if not isinstance(spec["storage"], str):
         raise SpecError("storage", "must be the name of a storage system")
@@ -154,15 +164,100 @@ def validate(data: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def _validate_points(benchmark: Any, spec: dict[str, Any]) -> None:
-    from campaigns.planning import expand
+def _env(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SpecError("env", "must be a mapping of variable names to values")
+    env = {}
+    for name, v in value.items():
+        if not isinstance(name, str) or not ENV_NAME.match(name):
+            raise SpecError("env", f"{name!r} is not an environment variable name")
+        if not isinstance(v, SCALAR) or "\n" in str(v) or "\0" in str(v):
+            raise SpecError(f"env.{name}", "must be a single-line value")
+        env[name] = str(v).lower() if isinstance(v, bool) else str(v)
+    return env
 
-    for params in expand(spec["matrix"], spec["fixed"]):
-        try:
-            benchmark.validate(params)
-        except ParamError as exc:
-            where = "matrix" if any(axis[0] == exc.field for axis in spec["matrix"]) else "fixed"
-            raise SpecError(f"{where}.{exc.field}", exc.message) from None
+
+def _rules(data: dict[str, Any], matrix: list[list[Any]], fixed: dict[str, Any]) -> dict[str, Any]:
+    """zip, exclude, overrides and derived, checked against the matrix they apply to."""
+    axes = {name: values for name, values in matrix}
+    rules: dict[str, Any] = {}
+    zipped = data.get("zip") or []
+    if not isinstance(zipped, list) or not all(isinstance(g, list) and len(g) >= 2 for g in zipped):
+        raise SpecError("zip", "must be a list of groups of at least two matrix parameters, e.g. [[model, batch_size]]")
+    seen: set[str] = set()
+    for i, group in enumerate(zipped):
+        for name in group:
+            if name not in axes:
+                raise SpecError(f"zip[{i}]", f"{name!r} is not a matrix parameter")
+            if name in seen:
+                raise SpecError(f"zip[{i}]", f"{name!r} is in two zip groups")
+            seen.add(name)
+        if len({len(axes[name]) for name in group}) != 1:
+            raise SpecError(f"zip[{i}]", "zipped parameters must list the same number of values")
+    if zipped:
+        rules["zip"] = zipped
+    known = set(axes) | set(fixed)
+    exclude = data.get("exclude") or []
+    if not isinstance(exclude, list):
+        raise SpecError("exclude", "must be a list of mappings, e.g. [{rw: randread, numjobs: 16}]")
+    for i, rule in enumerate(exclude):
+        _condition(rule, known, f"exclude[{i}]")
+    if exclude:
+        rules["exclude"] = exclude
+    overrides = data.get("overrides") or []
+    if not isinstance(overrides, list):
+        raise SpecError("overrides", "must be a list of {when: {...}, set: {...}}")
+    for i, rule in enumerate(overrides):
+        if not isinstance(rule, dict) or set(rule) != {"when", "set"}:
+            raise SpecError(f"overrides[{i}]", "must be {when: {...}, set: {...}}")
+        _condition(rule["when"], known, f"overrides[{i}].when")
+        _params(rule["set"], f"overrides[{i}].set")
+    if overrides:
+        rules["overrides"] = overrides
+    derived = data.get("derived") or {}
+    if not isinstance(derived, dict) or not all(isinstance(v, str) for v in derived.values()):
+        raise SpecError("derived", 'must map names to arithmetic expressions, e.g. {np: "nodes * gpus_per_node"}')
+    for name in derived:
+        if name in known:
+            raise SpecError(f"derived.{name}", "is also a matrix or fixed parameter")
+    if derived:
+        rules["derived"] = dict(derived)
+    return rules
+
+
+def _condition(rule: Any, known: set[str], field: str) -> None:
+    if not isinstance(rule, dict) or not rule:
+        raise SpecError(field, "must be a non-empty mapping of parameter names to values")
+    for name in rule:
+        if name not in known:
+            raise SpecError(field, f"{name!r} is not a matrix or fixed parameter")
+
+
+def _blame(spec: dict[str, Any], param: str, axes: set[str]) -> str:
+    """The field that set a parameter: an override that sets it, else the matrix or the fixed values."""
+    for i, override in enumerate(spec["rules"].get("overrides", [])):
+        if param in override["set"]:
+            return f"overrides[{i}].set.{param}"
+    return f"{'matrix' if param in axes else 'fixed'}.{param}"
+
+
+def _validate_points(benchmark: Any, spec: dict[str, Any]) -> None:
+    from campaigns.planning import ExpressionError, benchmark_params, expand
+
+    axes = {axis[0] for axis in spec["matrix"]}
+    try:
+        for params in expand(spec["matrix"], spec["fixed"], spec["rules"]):
+            count = params.get("nodes")
+            if "nodes" in params and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+                raise SpecError("matrix.nodes", f"node counts must be whole numbers of at least 1, got {count!r}")
+            try:
+                benchmark.validate(benchmark_params(params))
+            except ParamError as exc:
+                raise SpecError(_blame(spec, exc.field, axes), exc.message) from None
+    except ExpressionError as exc:
+        raise SpecError("derived", str(exc)) from None
 
 
 def to_yaml(data: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ Called by the tasks in runners.tasks; every state change goes through campaigns.
 from __future__ import annotations
 
 import shlex
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,10 +15,22 @@ from django.utils import timezone
 
 from campaigns import services
 from campaigns.models import Run, RunHost, RunStatus
+from campaigns.planning import benchmark_params
 from runners import remote, ssh
-from runners.benchmarks.base import Benchmark, HostContext, Metric, ParseError, get_benchmark
+from runners.benchmarks.base import (
+    Benchmark,
+    HostCommand,
+    HostContext,
+    HostInfo,
+    Metric,
+    ParamError,
+    ParseError,
+    get_benchmark,
+)
 
 TAIL = 4000
+SERVICE_DIR = "service"
+SERVICE_READY_TIMEOUT = 30.0
 
 
 @dataclass
@@ -31,6 +44,22 @@ class RunTarget:
 @dataclass
 class HostJob(RunTarget):
     context: HostContext
+    main: HostCommand | None = None
+    service: HostCommand | None = None
+
+    @property
+    def service_dir(self) -> str:
+        return f"{self.context.run_dir}/{SERVICE_DIR}"
+
+
+def split_commands(built: HostCommand | list[HostCommand] | None) -> tuple[HostCommand | None, HostCommand | None]:
+    """(main, service) from what a plug-in's build() returned; at most one of each per host."""
+    commands = [] if built is None else [built] if isinstance(built, HostCommand) else list(built)
+    mains = [c for c in commands if not c.service]
+    services = [c for c in commands if c.service]
+    if len(mains) > 1 or len(services) > 1:
+        raise ParamError("kind", "a benchmark may run at most one main command and one service per host")
+    return (mains[0] if mains else None), (services[0] if services else None)
 
 
 def run_targets(run: Run, *, started: bool = False) -> list[RunTarget]:
@@ -40,6 +69,11 @@ def run_targets(run: Run, *, started: bool = False) -> list[RunTarget]:
     if missing:
         raise ssh.PermanentSSHError(None, f"nodes removed from the inventory: {', '.join(missing)}")
     return [RunTarget(r, remote.node_target(r.node)) for r in rows if r.node and (r.remote_dir or not started)]
+
+
+def main_targets(run: Run) -> list[RunTarget]:
+    """The hosts that run a main command (an MPI job's other hosts only take part)."""
+    return [h for h in run_targets(run, started=True) if h.row.command]
 
 
 def _raise_first(results: list[Any]) -> None:
@@ -60,21 +94,36 @@ def data_dir_for(run: Run, node_name: str, root: str) -> str:
     return f"{base}/{node_name}"
 
 
-def host_jobs(run: Run) -> list[HostJob]:
-    """Targets and contexts for every host of the run (asks each host for its home directory once)."""
+def host_infos(nodes: list[Any]) -> tuple[HostInfo, ...]:
+    return tuple(HostInfo(name=n.name, address=n.address, slots=n.gpu_count or 1) for n in nodes)
+
+
+def host_context(
+    run: Run, *, node_name: str, index: int, root: str, hosts: tuple[HostInfo, ...], dir_name: str = ""
+) -> HostContext:
+    storage = run.campaign.storage
+    return HostContext(
+        node=node_name,
+        index=index,
+        run_dir=f"{root}/{node_name}/{dir_name or run_dir_name(run)}",
+        data_dir=data_dir_for(run, node_name, root),
+        hosts=hosts,
+        storage_addresses=tuple(storage.data_addresses) if storage else (),
+        env=dict(run.campaign.env),
+    )
+
+
+def host_jobs(run: Run, benchmark: Benchmark) -> list[HostJob]:
+    """Targets, contexts and commands for every host of the run (asks each host for its home directory once)."""
     hosts = run_targets(run)
     roots = _fan_out([h.target for h in hosts], remote.remote_root)
     _raise_first(roots)
+    infos = host_infos([h.row.node for h in hosts])
     jobs = []
     for i, (host, root) in enumerate(zip(hosts, roots, strict=True)):
-        row = host.row
-        context = HostContext(
-            node=row.host,
-            index=i,
-            run_dir=f"{root}/{row.host}/{run_dir_name(run)}",
-            data_dir=data_dir_for(run, row.host, root),
-        )
-        jobs.append(HostJob(row, host.target, context))
+        context = host_context(run, node_name=host.row.host, index=i, root=root, hosts=infos)
+        main, service = split_commands(benchmark.build(benchmark_params(run.params), context))
+        jobs.append(HostJob(host.row, host.target, context, main, service))
     return jobs
 
 
@@ -93,8 +142,10 @@ def display_command(run_dir: str, argv: list[str], env: dict[str, str]) -> str:
 def run_prepare(run: Run) -> list[HostJob]:
     """Write the run's files on every host, flush caches per the policy, record provenance."""
     benchmark = get_benchmark(run.campaign.kind)
-    jobs = host_jobs(run)
-    _raise_first(_fan_out(jobs, lambda job: _prepare_host(run, benchmark, job)))
+    jobs = host_jobs(run, benchmark)
+    if not any(job.main for job in jobs):
+        raise ParamError("kind", f"{benchmark.kind} built no command for any host of this run")
+    _raise_first(_fan_out(jobs, _prepare_host))
     provenance = dict(run.provenance)
     provenance["hosts"] = dict(
         zip([j.row.host for j in jobs], _fan_out(jobs, lambda j: _host_info(benchmark, j)), strict=True)
@@ -105,13 +156,22 @@ def run_prepare(run: Run) -> list[HostJob]:
     return jobs
 
 
-def _prepare_host(run: Run, benchmark: Benchmark, job: HostJob) -> None:
-    command = benchmark.build(run.params, job.context)
-    files = dict(command.files)
-    files["command.sh"] = remote.command_script(command.argv, command.env)
-    remote.job_prepare(job.target, job.context.run_dir, extra_dirs=[job.context.data_dir], files=files)
+def _prepare_host(job: HostJob) -> None:
+    run_dir = job.context.run_dir
+    dirs = [job.context.data_dir] + ([job.service_dir] if job.service else [])
+    files = {}
+    if job.main:
+        files = dict(job.main.files)
+        files["command.sh"] = remote.command_script(job.main.argv, job.main.env)
+    remote.job_prepare(job.target, run_dir, extra_dirs=dirs, files=files)
+    if job.service:
+        service_files = dict(job.service.files)
+        service_files["command.sh"] = remote.command_script(job.service.argv, job.service.env)
+        remote.job_prepare(job.target, job.service_dir, extra_dirs=[], files=service_files)
     RunHost.objects.filter(pk=job.row.pk).update(
-        command=display_command(job.context.run_dir, command.argv, command.env), remote_dir=job.context.run_dir
+        command=display_command(run_dir, job.main.argv, job.main.env) if job.main else "",
+        service_command=display_command(job.service_dir, job.service.argv, job.service.env) if job.service else "",
+        remote_dir=run_dir,
     )
 
 
@@ -178,11 +238,38 @@ def _flush(target: remote.Target, command: str, label: str, what: str) -> dict[s
 
 
 def run_submit(jobs: list[HostJob]) -> None:
-    """Start the run on every host at once; if one host refuses, stop the others."""
-    results = _fan_out(jobs, lambda j: remote.job_submit(j.target, j.context.run_dir))
-    if any(isinstance(r, BaseException) for r in results):
-        _fan_out(jobs, lambda j: remote.job_kill(j.target, j.context.run_dir))
-        _raise_first(results)
+    """Start the services, wait until they accept work, then start every main command at once.
+
+    If any host refuses, everything already started is stopped again.
+    """
+    services = [j for j in jobs if j.service]
+    mains = [j for j in jobs if j.main]
+    try:
+        _raise_first(_fan_out(services, lambda j: remote.job_submit(j.target, j.service_dir)))
+        _raise_first(_fan_out(services, _wait_ready))
+        _raise_first(_fan_out(mains, lambda j: remote.job_submit(j.target, j.context.run_dir)))
+    except Exception:
+        _fan_out(mains, lambda j: remote.job_kill(j.target, j.context.run_dir))
+        _fan_out(services, lambda j: remote.job_kill(j.target, j.service_dir))
+        raise
+
+
+def _wait_ready(job: HostJob) -> None:
+    assert job.service is not None
+    if not job.service.ready_argv:
+        return
+    line = f"cd {shlex.quote(job.service_dir)} && {shlex.join(job.service.ready_argv)}"
+    deadline = time.monotonic() + SERVICE_READY_TIMEOUT
+    while True:
+        result = job.target.run(line)
+        if result.ok:
+            return
+        state = remote.job_state(job.target, job.service_dir)
+        if state.finished or state.vanished or time.monotonic() > deadline:
+            stdout, stderr = remote.job_output(job.target, job.service_dir)
+            detail = (stderr or stdout or result.stderr).strip()[-500:]
+            raise ssh.PermanentSSHError(job.target.endpoint, f"the service did not become ready: {detail}")
+        time.sleep(0.2)
 
 
 # --- poll, collect, kill --------------------------------------------------------------------------
@@ -195,7 +282,7 @@ class PollOutcome:
 
 
 def run_poll(run: Run) -> PollOutcome:
-    hosts = run_targets(run)
+    hosts = main_targets(run)
     states = _fan_out(hosts, lambda h: remote.job_state(h.target, h.row.remote_dir))
     _raise_first(states)
     for host, state in zip(hosts, states, strict=True):
@@ -206,17 +293,23 @@ def run_poll(run: Run) -> PollOutcome:
 
 
 def run_collect(run: Run) -> tuple[str, str]:
-    """Fetch every host's output, store it and the parsed metrics; returns (status, error)."""
+    """Fetch every main command's output, store it and the parsed metrics, stop the services.
+
+    Returns (status, error): a non-zero exit, unparsable output, a missing metric or a failed plug-in
+    check (e.g. the wrong NCCL transport) fails the run even when every command exited 0.
+    """
     benchmark = get_benchmark(run.campaign.kind)
-    hosts = run_targets(run)
+    hosts = main_targets(run)
     outputs = _fan_out(
         hosts, lambda h: (*remote.job_output(h.target, h.row.remote_dir), remote.job_state(h.target, h.row.remote_dir))
     )
     _raise_first(outputs)
     errors: list[str] = []
     per_host: list[Metric] = []
+    logs: dict[str, str] = {}
     for row, (stdout, stderr, state) in zip([h.row for h in hosts], outputs, strict=True):
         RunHost.objects.filter(pk=row.pk).update(stdout=stdout, stderr=stderr, exit_code=state.exit_code)
+        logs[row.host] = f"{stdout}\n{stderr}"
         if state.exit_code != 0:
             errors.append(f"{row.host}: exited with code {state.exit_code}: {_last_lines(stderr or stdout)}")
             continue
@@ -228,21 +321,30 @@ def run_collect(run: Run) -> tuple[str, str]:
         stdout_tail=_tails([(h.row.host, o[0]) for h, o in zip(hosts, outputs, strict=True)]),
         stderr_tail=_tails([(h.row.host, o[1]) for h, o in zip(hosts, outputs, strict=True)]),
     )
+    stop_services(run)
     metrics = per_host + benchmark.aggregate(per_host) if per_host else []
     services.run_store_results(run=run, metrics=metrics)
     if not errors:
-        errors += _missing_metrics(benchmark, metrics, [h.row.host for h in hosts])
+        errors += benchmark.missing(metrics, [h.row.host for h in hosts])
+        errors += benchmark.check(run.params, metrics, logs)
     return (RunStatus.FAILED, "\n".join(errors)) if errors else (RunStatus.SUCCEEDED, "")
 
 
-def _missing_metrics(benchmark: Benchmark, metrics: list[Metric], hosts: list[str]) -> list[str]:
-    found = {(m.name, m.host) for m in metrics}
-    return [
-        f"{host}: expected metric {name} is missing from the output"
-        for host in hosts
-        for name in benchmark.required_metrics
-        if (name, host) not in found
-    ]
+def stop_services(run: Run) -> None:
+    """Stop the run's services and keep what they printed in its provenance."""
+    hosts = [h for h in run_targets(run, started=True) if h.row.service_command]
+    if not hosts:
+        return
+    _fan_out(hosts, lambda h: remote.job_kill(h.target, f"{h.row.remote_dir}/{SERVICE_DIR}", grace=1.0))
+    outputs = _fan_out(hosts, lambda h: remote.job_output(h.target, f"{h.row.remote_dir}/{SERVICE_DIR}"))
+    kept = {
+        h.row.host: {"command": h.row.service_command, "stdout_tail": o[0][-TAIL:], "stderr_tail": o[1][-TAIL:]}
+        for h, o in zip(hosts, outputs, strict=True)
+        if not isinstance(o, BaseException)
+    }
+    provenance = dict(Run.objects.values_list("provenance", flat=True).get(pk=run.pk))
+    provenance["services"] = kept
+    Run.objects.filter(pk=run.pk).update(provenance=provenance)
 
 
 def _last_lines(text: str, count: int = 3) -> str:
@@ -259,13 +361,17 @@ def _tails(pairs: list[tuple[str, str]]) -> str:
 
 
 def run_kill(run: Run) -> None:
-    results = _fan_out(run_targets(run, started=True), lambda h: remote.job_kill(h.target, h.row.remote_dir))
-    _raise_first(results)
+    """Kill every main command's and service's process group on the run's hosts."""
+    jobs = [(h.target, h.row.remote_dir) for h in run_targets(run, started=True) if h.row.command]
+    jobs += [
+        (h.target, f"{h.row.remote_dir}/{SERVICE_DIR}") for h in run_targets(run, started=True) if h.row.service_command
+    ]
+    _raise_first(_fan_out(jobs, lambda job: remote.job_kill(*job)))
 
 
 def run_keep_output(run: Run) -> None:
     """Store what a stopped run printed (best effort: a host that cannot be reached keeps nothing)."""
-    hosts = run_targets(run, started=True)
+    hosts = main_targets(run)
     outputs = _fan_out(hosts, lambda h: remote.job_output(h.target, h.row.remote_dir))
     kept = [(h.row, o) for h, o in zip(hosts, outputs, strict=True) if not isinstance(o, BaseException)]
     for row, (stdout, stderr) in kept:

@@ -44,13 +44,30 @@ class Metric:
 
 
 @dataclass(frozen=True)
+class HostInfo:
+    """One host of a run, as every host's command may need to know it (MPI host lists, iperf pairs)."""
+
+    name: str
+    address: str
+    slots: int = 1  # MPI slots: the node's GPU count, or 1 without GPUs
+
+
+@dataclass(frozen=True)
 class HostContext:
     """Where a run executes on one host."""
 
     node: str  # node name
-    index: int  # position of the host in the run's host list
+    index: int  # position of the host in the run's host list; 0 is the primary (where mpirun starts)
     run_dir: str  # absolute directory of this run on the host; the command starts there
     data_dir: str  # absolute directory the benchmark may read and write test data in
+    hosts: tuple[HostInfo, ...] = ()  # every host of the run, in order
+    storage_addresses: tuple[str, ...] = ()  # data addresses of the campaign's storage system
+    env: dict[str, str] = field(default_factory=dict)  # the campaign's environment (NCCL_*, ...): pass it on
+    mounts: tuple[str, ...] = ()  # the campaign's mount points on this host (round-robin data directories)
+
+    @property
+    def is_primary(self) -> bool:
+        return self.index == 0
 
 
 @dataclass(frozen=True)
@@ -58,6 +75,11 @@ class HostCommand:
     argv: list[str]  # the command, started in ``run_dir``; never passed through a shell unquoted
     files: dict[str, str] = field(default_factory=dict)  # file name (in run_dir) -> content, written first
     env: dict[str, str] = field(default_factory=dict)
+    # A service (a server the main commands talk to, e.g. ``iperf3 -s``) starts on every host before any
+    # main command, runs in ``run_dir/service``, and is stopped once every main command has ended.
+    service: bool = False
+    # For a service: argv that exits 0 once the service accepts work (polled before the mains start).
+    ready_argv: list[str] = field(default_factory=list)
 
 
 class Benchmark:
@@ -72,7 +94,12 @@ class Benchmark:
     def validate(self, params: dict[str, Any]) -> None:
         """Raise ParamError for a parameter set this benchmark cannot run."""
 
-    def build(self, params: dict[str, Any], host: HostContext) -> HostCommand:
+    def build(self, params: dict[str, Any], host: HostContext) -> HostCommand | list[HostCommand] | None:
+        """What to run on one host: a main command, a main and a service, or nothing (None).
+
+        MPI benchmarks start everything from the primary host (``host.is_primary``) and run nothing
+        elsewhere; client/server benchmarks give some hosts a service.
+        """
         raise NotImplementedError
 
     def parse(self, text: str, *, host: str = "") -> list[Metric]:
@@ -81,6 +108,24 @@ class Benchmark:
 
     def aggregate(self, per_host: list[Metric]) -> list[Metric]:
         """Aggregate metrics (host="") across hosts from the per-host ones."""
+        return []
+
+    def missing(self, metrics: list[Metric], hosts: list[str]) -> list[str]:
+        """Why the run's metrics are not enough (empty when they are), given the hosts that ran a main command.
+
+        By default every host must report every required metric; a benchmark whose metrics describe the
+        whole run (an MPI job's) overrides this.
+        """
+        found = {(m.name, m.host) for m in metrics}
+        return [
+            f"{host}: expected metric {name} is missing from the output"
+            for host in hosts
+            for name in self.required_metrics
+            if (name, host) not in found
+        ]
+
+    def check(self, params: dict[str, Any], metrics: list[Metric], logs: dict[str, str]) -> list[str]:
+        """Run-level sanity checks beyond missing metrics (e.g. the NCCL transport); empty when all is well."""
         return []
 
     def spec(self, name: str) -> MetricSpec | None:

@@ -1,0 +1,109 @@
+"""mpirun command lines in the shape of the reference papers (seeds 000 and 001)::
+
+    mpirun -n 48 --allow-run-as-root --host dgx2-1:16,dgx2-2:16,dgx2-3:16 --report-bindings
+      --bind-to none --map-by slot -x LD_LIBRARY_PATH -x PATH -mca plm_rsh_agent ssh
+      -mca plm_rsh_args "-p 2222" -mca pml ob1 -mca btl ^openib -mca btl_tcp_if_include enp53s0
+      -x NCCL_DEBUG=INFO -x NCCL_IB_HCA=mlx5 ... ./round_robin_mpi.py python -u tf_cnn_benchmarks.py ...
+
+Built as an argv list: nothing here goes through a shell.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runners.benchmarks.base import HostInfo, ParamError
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+FORWARDED = ("PATH", "LD_LIBRARY_PATH")  # passed through from the launching shell, as the seeds do
+MCA_VALUE = re.compile(r"^[A-Za-z0-9_.,^/:=+-]+$")
+
+
+@dataclass(frozen=True)
+class MpiOptions:
+    """What a campaign may set about the launch (parameters prefixed ``mpi_``)."""
+
+    slots: int | None = None  # ranks per host; default: each host's GPU count (HostInfo.slots)
+    ssh_port: int | None = None  # the sshd port MPI hops over (a container's sshd, e.g. 2222)
+    pml: str = ""  # e.g. ob1
+    btl: str = ""  # e.g. ^openib
+    btl_tcp_if_include: str = ""  # e.g. enp53s0
+    map_by: str = "slot"
+    bind_to: str = "none"
+    tag_output: bool = False
+    allow_run_as_root: bool = True
+    report_bindings: bool = True
+    env: dict[str, str] = field(default_factory=dict)  # -x NAME=value (NCCL_* and anything the campaign sets)
+
+
+def options_from_params(params: dict[str, Any], env: dict[str, str] | None = None) -> MpiOptions:
+    """Read ``mpi_*`` parameters; ParamError names the bad one."""
+
+    def text(name: str, default: str = "") -> str:
+        value = str(params.get(name, default))
+        if value and not MCA_VALUE.match(value):
+            raise ParamError(name, f"{value!r} has characters mpirun options never need")
+        return value
+
+    def number(name: str) -> int | None:
+        value = params.get(name)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+            raise ParamError(name, f"must be a whole number from 1 to 65535, got {value!r}")
+        return value
+
+    env = dict(env or {})
+    for name in env:
+        if not ENV_NAME.match(name):
+            raise ParamError("env", f"{name!r} is not an environment variable name")
+        if "\n" in env[name] or "\0" in env[name]:
+            raise ParamError(f"env.{name}", "must be a single line")
+    return MpiOptions(
+        slots=number("mpi_slots"),
+        ssh_port=number("mpi_ssh_port"),
+        pml=text("mpi_pml"),
+        btl=text("mpi_btl"),
+        btl_tcp_if_include=text("mpi_btl_tcp_if_include"),
+        map_by=text("mpi_map_by", "slot"),
+        bind_to=text("mpi_bind_to", "none"),
+        tag_output=bool(params.get("mpi_tag_output", False)),
+        env=env,
+    )
+
+
+def host_list(hosts: Sequence[HostInfo], slots: int | None = None) -> str:
+    return ",".join(f"{h.address}:{slots or h.slots}" for h in hosts)
+
+
+def rank_count(hosts: Sequence[HostInfo], slots: int | None = None) -> int:
+    return sum(slots or h.slots for h in hosts)
+
+
+def mpirun_argv(hosts: Sequence[HostInfo], rank_argv: list[str], options: MpiOptions) -> list[str]:
+    """``mpirun`` starting ``rank_argv`` once per slot on every host, from the first host."""
+    if not hosts:
+        raise ParamError("nodes", "an MPI launch needs at least one host")
+    argv = ["mpirun", "-n", str(rank_count(hosts, options.slots))]
+    if options.allow_run_as_root:
+        argv.append("--allow-run-as-root")
+    argv += ["--host", host_list(hosts, options.slots)]
+    if options.report_bindings:
+        argv.append("--report-bindings")
+    if options.tag_output:
+        argv.append("--tag-output")
+    argv += ["--bind-to", options.bind_to, "--map-by", options.map_by]
+    for name in FORWARDED:
+        argv += ["-x", name]
+    if options.ssh_port:
+        argv += ["-mca", "plm_rsh_agent", "ssh", "-mca", "plm_rsh_args", f"-p {options.ssh_port}"]
+    for key in ("pml", "btl", "btl_tcp_if_include"):
+        value = getattr(options, key)
+        if value:
+            argv += ["-mca", key, value]
+    for name, value in sorted(options.env.items()):
+        argv += ["-x", f"{name}={value}"]
+    return argv + rank_argv
