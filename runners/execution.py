@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shlex
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -27,6 +27,7 @@ from runners.benchmarks.base import (
     ParseError,
     get_benchmark,
 )
+from runners.launchers.mpi import mpirun_argv, options_from_params
 
 TAIL = 4000
 SERVICE_DIR = "service"
@@ -95,7 +96,7 @@ def data_dir_for(run: Run, node_name: str, root: str) -> str:
 
 
 def host_infos(nodes: list[Any]) -> tuple[HostInfo, ...]:
-    return tuple(HostInfo(name=n.name, address=n.address, slots=n.gpu_count or 1) for n in nodes)
+    return tuple(HostInfo(name=n.name, address=n.address, slots=n.gpu_count or 1, ssh_port=n.ssh_port) for n in nodes)
 
 
 def host_context(
@@ -146,6 +147,8 @@ def run_prepare(run: Run) -> list[HostJob]:
     if not any(job.main for job in jobs):
         raise ParamError("kind", f"{benchmark.kind} built no command for any host of this run")
     _raise_first(_fan_out(jobs, _prepare_host))
+    if benchmark.uses_mpi and len(jobs) > 1:
+        mpi_reachability(run, jobs)
     provenance = dict(run.provenance)
     provenance["hosts"] = dict(
         zip([j.row.host for j in jobs], _fan_out(jobs, lambda j: _host_info(benchmark, j)), strict=True)
@@ -172,6 +175,30 @@ def _prepare_host(job: HostJob) -> None:
         command=display_command(run_dir, job.main.argv, job.main.env) if job.main else "",
         service_command=display_command(job.service_dir, job.service.argv, job.service.env) if job.service else "",
         remote_dir=run_dir,
+    )
+
+
+def mpi_reachability(run: Run, jobs: list[HostJob]) -> None:
+    """``mpirun ... hostname`` from the primary across every host; on failure, name the hosts it cannot reach."""
+    primary = jobs[0]
+    hosts = primary.context.hosts
+    options = options_from_params(benchmark_params(run.params), {})
+    argv = mpirun_argv(hosts, ["hostname"], replace(options, slots=1, report_bindings=False, env={}))
+    result = primary.target.run(f"cd {shlex.quote(primary.context.run_dir)} && {shlex.join(argv)}", timeout=60)
+    if result.ok:
+        return
+    port = options.ssh_port or hosts[0].ssh_port
+    probes = _fan_out(
+        list(hosts[1:]),
+        lambda h: primary.target.run(shlex.join(["ssh", "-p", str(port), "-o", "BatchMode=yes", h.address, "true"])),
+    )
+    failed = [
+        f"{h.name} ({h.address}:{port})" for h, r in zip(hosts[1:], probes, strict=True) if not getattr(r, "ok", False)
+    ]
+    detail = _last_lines(result.stderr or result.stdout)
+    where = f"cannot reach {', '.join(failed)} over SSH" if failed else "failed"
+    raise ssh.PermanentSSHError(
+        primary.target.endpoint, f"MPI reachability check: mpirun from {primary.row.host} {where}: {detail}"
     )
 
 

@@ -130,7 +130,10 @@ def lab_up(
         _ensure_client_key(root, account)
         for index in range(1, nodes + 1):
             _ensure_node(root, index, endpoints, account)
-        return [_node(root, index, endpoints) for index in range(1, nodes + 1)]
+        started = [_node(root, index, endpoints) for index in range(1, nodes + 1)]
+        if os.geteuid() == 0:
+            _ensure_node_to_node_ssh(account, started)
+        return started
 
 
 def lab_status(*, lab_dir: Path | None = None) -> list[LabNode]:
@@ -306,6 +309,37 @@ def _ensure_client_key(root: Path, account: LabAccount) -> None:
     authorized.chmod(0o644)
     if os.geteuid() == 0:
         _check_readable_by(authorized, pwd.getpwnam(account.user).pw_uid)
+
+
+def _ensure_node_to_node_ssh(account: LabAccount, nodes: list[LabNode]) -> None:
+    """Let the lab user SSH from one lab node to another, as mpirun does, with every host key pinned.
+
+    Only for the dedicated account (run as root): ``~/.ssh`` gets this lab's client key (one file per port,
+    so labs on other ports keep theirs), known_hosts lines for these nodes, and a config naming every key.
+    """
+    user = pwd.getpwnam(account.user)
+    ssh_dir = account.home / ".ssh"
+    ssh_dir.mkdir(mode=0o700, exist_ok=True)
+    port = nodes[0].port
+    key = ssh_dir / f"rackbench-lab-{port}"
+    shutil.copyfile(account.private_key, key)
+    key.chmod(0o600)
+    known_hosts = ssh_dir / "known_hosts"
+    ours = {f"[{n.address}]:{n.port}": " ".join(n.host_public_key.split()[:2]) for n in nodes if n.host_public_key}
+    kept = [
+        line
+        for line in (known_hosts.read_text().splitlines() if known_hosts.exists() else [])
+        if line.split(" ", 1)[0] not in ours
+    ]
+    known_hosts.write_text("\n".join(kept + [f"{host} {key_text}" for host, key_text in ours.items()]) + "\n")
+    keys = sorted(p.name for p in ssh_dir.glob("rackbench-lab-*"))
+    config = "# Written by rackbench (manage.py lab up): lab nodes reach each other with pinned host keys.\n"
+    config += "Host *\n  StrictHostKeyChecking yes\n  BatchMode yes\n"
+    config += "".join(f"  IdentityFile ~/.ssh/{name}\n" for name in keys)
+    (ssh_dir / "config").write_text(config)
+    for path in [ssh_dir, key, known_hosts, ssh_dir / "config"]:
+        os.chown(path, user.pw_uid, user.pw_gid)
+    (ssh_dir / "config").chmod(0o600)
 
 
 def _check_readable_by(path: Path, uid: int) -> None:

@@ -148,3 +148,21 @@ def _wait_pid(target: remote.Target, job_dir: str) -> int:
             return state.pid
         time.sleep(0.05)
     raise AssertionError("job did not start")
+
+
+def test_mpirun_reaches_every_lab_node_over_its_sshd(targets: list[remote.Target], lab: dict[str, Any]) -> None:
+    from runners.execution import host_infos
+    from runners.launchers.mpi import MpiOptions, mpirun_argv
+
+    hosts = host_infos([lab["nodes"]["lab1"], lab["nodes"]["lab2"]])
+    # SSH_CONNECTION is "client-ip client-port server-ip server-port": which node's sshd started the rank
+    rank = ["sh", "-c", 'set -- $SSH_CONNECTION; echo "rank $OMPI_COMM_WORLD_RANK via $3:$4"']
+    argv = mpirun_argv(hosts, rank, MpiOptions(slots=2, report_bindings=False))
+
+    result = targets[0].run(shlex.join(argv), timeout=60)
+
+    assert result.ok, result.stderr
+    assert f"-p {hosts[0].ssh_port}" in argv  # the nodes' own sshd port, not 22
+    lines = sorted(result.stdout.split("\n")[:-1])
+    port = hosts[0].ssh_port
+    assert lines == [f"rank {r} via {hosts[r // 2].address}:{port}" for r in range(4)]

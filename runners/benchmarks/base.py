@@ -50,6 +50,7 @@ class HostInfo:
     name: str
     address: str
     slots: int = 1  # MPI slots: the node's GPU count, or 1 without GPUs
+    ssh_port: int = 22  # where the node's sshd listens (mpirun hops over it unless told another port)
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,8 @@ class Benchmark:
     required_metrics: ClassVar[tuple[str, ...]] = ()
     # argv printing the tool's version; recorded in the run's provenance.
     version_argv: ClassVar[list[str]] = []
+    # Launched with mpirun from the primary host: the runner first checks mpirun reaches every host.
+    uses_mpi: ClassVar[bool] = False
 
     def validate(self, params: dict[str, Any]) -> None:
         """Raise ParamError for a parameter set this benchmark cannot run."""

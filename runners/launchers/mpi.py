@@ -98,8 +98,9 @@ def mpirun_argv(hosts: Sequence[HostInfo], rank_argv: list[str], options: MpiOpt
     argv += ["--bind-to", options.bind_to, "--map-by", options.map_by]
     for name in FORWARDED:
         argv += ["-x", name]
-    if options.ssh_port:
-        argv += ["-mca", "plm_rsh_agent", "ssh", "-mca", "plm_rsh_args", f"-p {options.ssh_port}"]
+    ssh_port = options.ssh_port or (hosts[0].ssh_port if hosts[0].ssh_port != 22 else None)
+    if ssh_port:  # a container's sshd (seed 000: 2222), or the nodes' own sshd on a custom port
+        argv += ["-mca", "plm_rsh_agent", "ssh", "-mca", "plm_rsh_args", f"-p {ssh_port}"]
     for key in ("pml", "btl", "btl_tcp_if_include"):
         value = getattr(options, key)
         if value:
