@@ -13,11 +13,21 @@ T = TypeVar("T")
 
 
 RESERVED = frozenset({"nodes"})  # run-level parameters rackbench itself reads; plug-ins never see them
+ENV_PREFIX = "env."  # env.NCCL_IB_DISABLE: 1 sets a variable for this point (RoCE vs TCP as a matrix axis)
 
 
 def benchmark_params(params: dict[str, Any]) -> dict[str, Any]:
     """A run's parameters as its benchmark plug-in receives them."""
-    return {k: v for k, v in params.items() if k not in RESERVED}
+    return {k: v for k, v in params.items() if k not in RESERVED and not k.startswith(ENV_PREFIX)}
+
+
+def run_env(campaign_env: dict[str, str], params: dict[str, Any]) -> dict[str, str]:
+    """The campaign's environment with this point's ``env.NAME`` parameters on top."""
+    env = dict(campaign_env)
+    for key, value in params.items():
+        if key.startswith(ENV_PREFIX):
+            env[key[len(ENV_PREFIX) :]] = str(value).lower() if isinstance(value, bool) else str(value)
+    return env
 
 
 def _axes(matrix: list[list[Any]], zipped: list[list[str]]) -> list[tuple[list[str], list[tuple[Any, ...]]]]:

@@ -249,6 +249,9 @@ def _validate_points(benchmark: Any, spec: dict[str, Any]) -> None:
     axes = {axis[0] for axis in spec["matrix"]}
     try:
         for params in expand(spec["matrix"], spec["fixed"], spec["rules"]):
+            for key in params:
+                if key.startswith("env.") and not ENV_NAME.match(key[4:]):
+                    raise SpecError(_blame(spec, key, axes), f"{key[4:]!r} is not an environment variable name")
             count = params.get("nodes")
             if "nodes" in params and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
                 raise SpecError("matrix.nodes", f"node counts must be whole numbers of at least 1, got {count!r}")

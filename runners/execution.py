@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from campaigns import services
 from campaigns.models import Run, RunHost, RunStatus
-from campaigns.planning import benchmark_params
+from campaigns.planning import benchmark_params, run_env
 from runners import remote, ssh
 from runners.benchmarks.base import (
     Benchmark,
@@ -110,7 +110,7 @@ def host_context(
         data_dir=data_dir_for(run, node_name, root),
         hosts=hosts,
         storage_addresses=tuple(storage.data_addresses) if storage else (),
-        env=dict(run.campaign.env),
+        env=run_env(run.campaign.env, run.params),
     )
 
 
@@ -163,16 +163,17 @@ def _prepare_host(job: HostJob) -> None:
     run_dir = job.context.run_dir
     dirs = [job.context.data_dir] + ([job.service_dir] if job.service else [])
     files = {}
+    env = {**job.context.env, **(job.main.env if job.main else {})}  # the campaign's, then the plug-in's
     if job.main:
         files = dict(job.main.files)
-        files["command.sh"] = remote.command_script(job.main.argv, job.main.env)
+        files["command.sh"] = remote.command_script(job.main.argv, env)
     remote.job_prepare(job.target, run_dir, extra_dirs=dirs, files=files)
     if job.service:
         service_files = dict(job.service.files)
         service_files["command.sh"] = remote.command_script(job.service.argv, job.service.env)
         remote.job_prepare(job.target, job.service_dir, extra_dirs=[], files=service_files)
     RunHost.objects.filter(pk=job.row.pk).update(
-        command=display_command(run_dir, job.main.argv, job.main.env) if job.main else "",
+        command=display_command(run_dir, job.main.argv, env) if job.main else "",
         service_command=display_command(job.service_dir, job.service.argv, job.service.env) if job.service else "",
         remote_dir=run_dir,
     )

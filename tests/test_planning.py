@@ -122,3 +122,13 @@ def test_each_run_gets_the_hosts_of_its_node_count() -> None:
     hosts = [sorted(r.hosts.values_list("host", flat=True)) for r in campaign.runs.order_by("sequence")]
     assert hosts == [["n1"], ["n1", "n2", "n3"]]
     assert campaign.env == {"NCCL_DEBUG": "INFO"}
+
+
+def test_env_parameters_set_a_variable_for_their_point_only() -> None:
+    params = {"rw": "read", "env.NCCL_IB_DISABLE": 1, "nodes": 2}
+
+    assert planning.benchmark_params(params) == {"rw": "read"}
+    assert planning.run_env({"NCCL_DEBUG": "INFO"}, params) == {"NCCL_DEBUG": "INFO", "NCCL_IB_DISABLE": "1"}
+    with pytest.raises(SpecError) as caught:
+        validate(spec(matrix={"rw": ["read"], "env.BAD-NAME": [1]}))
+    assert caught.value.field == "matrix.env.BAD-NAME"
