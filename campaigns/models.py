@@ -27,6 +27,7 @@ class Campaign(models.Model):
     matrix = models.JSONField(default=list, blank=True, help_text="axes of the parameter matrix (cross product)")
     fixed = models.JSONField(default=dict, blank=True, help_text="parameters shared by every run")
     env = models.JSONField(default=dict, blank=True, help_text="environment of every command (NCCL_*, ...)")
+    mounts = models.JSONField(default=dict, blank=True, help_text="{count, path, options}: storage mounts per node")
     # zip / exclude / overrides / derived: see campaigns.planning.expand
     rules = models.JSONField(default=dict, blank=True, help_text="how the matrix expands beyond the cross product")
     nodes = models.ManyToManyField(Node, blank=True, related_name="campaigns")

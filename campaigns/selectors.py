@@ -68,6 +68,8 @@ def campaign_spec(*, campaign: Campaign) -> dict[str, Any]:
     )
     if campaign.env:
         data["env"] = dict(campaign.env)
+    if campaign.mounts:
+        data["mounts"] = dict(campaign.mounts)
     for key in ("zip", "exclude", "overrides", "derived"):
         if campaign.rules.get(key):
             data[key] = campaign.rules[key]

@@ -33,7 +33,8 @@ from campaigns.models import (
 )
 from campaigns.spec import SpecError
 from inventory.models import Node, NodeStatus, StorageSystem, Tag
-from runners.benchmarks.base import Metric
+from runners.benchmarks.base import Metric, ParamError
+from runners.mounts import validate_mounts
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,11 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None) -> Campaign:
     tags = _resolve_tags(spec["node_tags"])
     storage = _resolve_storage(spec["storage"])
     _check_node_axis(spec, available=len(_selection(nodes, tags)))
+    if spec["mounts"]:
+        try:
+            spec["mounts"] = validate_mounts(spec["mounts"], storage)
+        except ParamError as exc:
+            raise SpecError(exc.field, exc.message) from None
     if spec["flush_storage"] and storage is None:
         raise SpecError("cache.flush_storage", "is true but the campaign names no storage system")
     with transaction.atomic():
@@ -89,6 +95,7 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None) -> Campaign:
         campaign.matrix = spec["matrix"]
         campaign.fixed = spec["fixed"]
         campaign.env = spec["env"]
+        campaign.mounts = spec["mounts"]
         campaign.rules = spec["rules"]
         campaign.storage = storage
         campaign.repetitions = spec["repetitions"]
@@ -250,7 +257,17 @@ def campaign_finish(*, campaign: Campaign) -> bool:
         return False
     failed = campaign.runs.exclude(status=RunStatus.SUCCEEDED).exists()
     status = CampaignStatus.FAILED if failed else CampaignStatus.SUCCEEDED
-    return campaign_transition(campaign=campaign, old=CampaignStatus.RUNNING, new=status, finished_at=timezone.now())
+    done = campaign_transition(campaign=campaign, old=CampaignStatus.RUNNING, new=status, finished_at=timezone.now())
+    if done:
+        _unmount_after(campaign)
+    return done
+
+
+def _unmount_after(campaign: Campaign) -> None:
+    from runners.tasks import campaign_unmount_task
+
+    if campaign.mounts:
+        transaction.on_commit(partial(campaign_unmount_task.delay, campaign.pk))
 
 
 def campaign_cancel(*, campaign: Campaign) -> Campaign:
@@ -267,6 +284,7 @@ def campaign_cancel(*, campaign: Campaign) -> Campaign:
         campaign.runs.filter(status=RunStatus.PENDING).update(
             status=RunStatus.CANCELLED, finished_at=now, error="campaign cancelled"
         )
+        _unmount_after(campaign)
         active = list(campaign.runs.filter(status__in=RUN_ACTIVE).values_list("pk", flat=True))
         for run_id in active:
             run_finish(run_id=run_id, status=RunStatus.CANCELLED, error="cancelled by the user")

@@ -14,6 +14,8 @@ Format (see examples/campaigns/ and the README)::
     timeout: 600                      # seconds per run
     fixed: {bs: 1M, size: 64M}        # parameters of every run
     env: {NCCL_DEBUG: INFO}           # environment of every command (MPI passes it with -x)
+    mounts: {count: 16, path: /mnt/isilon, options: "rsize=524288,nolock"}  # per node, round-robin over
+                                      # the storage's data addresses; mounted before runs, unmounted at the end
     matrix:                           # full cross product, in this order
       rw: [read, randread]
       numjobs: [1, 4, 16]
@@ -36,7 +38,7 @@ from runners.benchmarks.base import ParamError, get_benchmark
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 TOP_LEVEL = {
     "name", "description", "kind", "nodes", "node_tags", "storage", "repetitions", "warmup_runs", "cache",
-    "timeout", "fixed", "matrix", "env", "zip", "exclude", "overrides", "derived",
+    "timeout", "fixed", "matrix", "env", "zip", "exclude", "overrides", "derived", "mounts",
 }  # fmt: skip
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CACHE_KEYS = {"flush_clients", "flush_storage"}
@@ -154,6 +156,7 @@ def validate(data: dict[str, Any]) -> dict[str, Any]:
         "fixed": fixed,
         "matrix": matrix,
         "env": _env(data.get("env")),
+        "mounts": data.get("mounts") or {},  # checked against the storage system by campaign_apply
         "rules": rules,
     }
     if not isinstance(spec["storage"], str):

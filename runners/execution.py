@@ -28,6 +28,7 @@ from runners.benchmarks.base import (
     get_benchmark,
 )
 from runners.launchers.mpi import mpirun_argv, options_from_params
+from runners.mounts import MountPlan, mount_command, plan_mounts, unmount_command
 
 TAIL = 4000
 SERVICE_DIR = "service"
@@ -89,9 +90,17 @@ def _fan_out(items: list[Any], fn: Any) -> list[Any]:
     return ssh.fan_out(items, fn, workers=settings.RACKBENCH["SSH_FANOUT"])
 
 
-def data_dir_for(run: Run, node_name: str, root: str) -> str:
+def data_dir_for(run: Run, node_name: str, root: str, mounts: tuple[str, ...] = ()) -> str:
+    """Where a host's test data goes: on the campaign's first mount point, else the storage's export path
+    (as seen from the node), else under rackbench's directory; always in a directory named after the node.
+    """
     storage = run.campaign.storage
-    base = storage.export_path.rstrip("/") if storage and storage.export_path else f"{root}/data"
+    if mounts:
+        base = mounts[0]
+    elif storage and storage.export_path:
+        base = storage.export_path.rstrip("/")
+    else:
+        base = f"{root}/data"
     return f"{base}/{node_name}"
 
 
@@ -103,15 +112,24 @@ def host_context(
     run: Run, *, node_name: str, index: int, root: str, hosts: tuple[HostInfo, ...], dir_name: str = ""
 ) -> HostContext:
     storage = run.campaign.storage
+    mounts = tuple(p.point for p in campaign_mounts(run, index))
     return HostContext(
         node=node_name,
         index=index,
         run_dir=f"{root}/{node_name}/{dir_name or run_dir_name(run)}",
-        data_dir=data_dir_for(run, node_name, root),
+        data_dir=data_dir_for(run, node_name, root, mounts),
         hosts=hosts,
         storage_addresses=tuple(storage.data_addresses) if storage else (),
         env=run_env(run.campaign.env, run.params),
+        mounts=mounts,
     )
+
+
+def campaign_mounts(run: Run, node_index: int) -> list[MountPlan]:
+    campaign = run.campaign
+    if not campaign.mounts or campaign.storage is None:
+        return []
+    return plan_mounts(campaign.mounts, storage=campaign.storage, node_index=node_index)
 
 
 def host_jobs(run: Run, benchmark: Benchmark) -> list[HostJob]:
@@ -146,10 +164,11 @@ def run_prepare(run: Run) -> list[HostJob]:
     jobs = host_jobs(run, benchmark)
     if not any(job.main for job in jobs):
         raise ParamError("kind", f"{benchmark.kind} built no command for any host of this run")
+    provenance = dict(run.provenance)
+    provenance["mounts"] = mount_storage(run, jobs)  # first: the data directories live on the mounts
     _raise_first(_fan_out(jobs, _prepare_host))
     if benchmark.uses_mpi and len(jobs) > 1:
         mpi_reachability(run, jobs)
-    provenance = dict(run.provenance)
     provenance["hosts"] = dict(
         zip([j.row.host for j in jobs], _fan_out(jobs, lambda j: _host_info(benchmark, j)), strict=True)
     )
@@ -223,6 +242,37 @@ def _host_info(benchmark: Benchmark, job: HostJob) -> dict[str, Any]:
             "facts_collected_at": node.facts_collected_at.isoformat() if node.facts_collected_at else None,
         },
     }
+
+
+def mount_storage(run: Run, jobs: list[HostJob]) -> dict[str, list[dict[str, str]]]:
+    """Mount the campaign's mount points on every host where they are not mounted yet."""
+    plans = {job.row.host: campaign_mounts(run, job.context.index) for job in jobs}
+    if not any(plans.values()):
+        return {}
+    _raise_first(
+        _fan_out(
+            jobs,
+            lambda j: j.target.check(
+                mount_command(plans[j.row.host], j.target.endpoint.username), what="mounting the storage"
+            ),
+        )
+    )
+    return {host: [vars(p) for p in host_plans] for host, host_plans in plans.items()}
+
+
+def unmount_storage(campaign: Any, nodes: list[Any]) -> list[str]:
+    """Unmount the campaign's mount points from its nodes; returns the errors, one per node that failed."""
+    if not campaign.mounts or campaign.storage is None:
+        return []
+    targets = [remote.node_target(n) for n in nodes]
+
+    def unmount(item: tuple[int, remote.Target]) -> None:
+        index, target = item
+        plans = plan_mounts(campaign.mounts, storage=campaign.storage, node_index=index)
+        target.check(unmount_command(plans, target.endpoint.username), what="unmounting the storage")
+
+    results = _fan_out(list(enumerate(targets)), unmount)
+    return [str(r) for r in results if isinstance(r, BaseException)]
 
 
 def client_flush_command(user: str) -> str:

@@ -153,3 +153,18 @@ def run_kill_task(self: Task, run_id: int) -> None:
                 countdown=settings.RACKBENCH["RETRY_BACKOFF"] * (2**self.request.retries), exc=exc
             ) from None
         log.warning("run %s: could not kill the remote job: %s", run_id, exc)
+
+
+@shared_task(bind=True, max_retries=3, soft_time_limit=300, time_limit=360)
+def campaign_unmount_task(self: Task, campaign_id: int) -> None:
+    """Unmount a finished campaign's storage mounts from every node its runs used."""
+    from campaigns.models import Campaign
+    from inventory.models import Node
+
+    campaign = Campaign.objects.select_related("storage").filter(pk=campaign_id).first()
+    if campaign is None:
+        return
+    nodes = list(Node.objects.filter(run_hosts__run__campaign=campaign).distinct().order_by("name"))
+    errors = execution.unmount_storage(campaign, nodes)
+    if errors:
+        log.warning("campaign %s: unmounting failed on some nodes: %s", campaign.name, "; ".join(errors))
