@@ -147,6 +147,36 @@ def _resolve_storage(name: str) -> StorageSystem | None:
     return storage
 
 
+def preset_instantiate(
+    *,
+    slug: str,
+    name: str,
+    nodes: list[str] | None = None,
+    node_tags: list[str] | None = None,
+    storage: str = "",
+    owner: Any = None,
+) -> list[Campaign]:
+    """Create the campaigns of a preset against this inventory, all of them or none."""
+    from campaigns.presets import preset_get
+
+    preset = preset_get(slug)
+    if preset is None:
+        raise SpecError("preset", f"no preset named {slug!r}")
+    if "storage" in preset.needs and not storage:
+        raise SpecError("storage", f"preset {slug} needs a storage system")
+    created = []
+    with transaction.atomic():
+        for part in preset.campaigns:
+            data = {k: v for k, v in part.items() if k != "suffix"}
+            data["name"] = f"{name}-{part['suffix']}" if part.get("suffix") else name
+            if Campaign.objects.filter(name=data["name"]).exists():
+                raise SpecError("name", f"a campaign named {data['name']!r} already exists")
+            data.setdefault("description", f"{preset.title} (preset {slug}; seed {preset.seed})")
+            data.update(nodes=nodes or [], node_tags=node_tags or [], storage=storage)
+            created.append(campaign_apply(data=data, owner=owner))
+    return created
+
+
 def campaign_clone(*, campaign: Campaign, name: str, owner: Any = None) -> Campaign:
     from campaigns.selectors import campaign_spec
 

@@ -180,7 +180,8 @@ def run_prepare(run: Run) -> list[HostJob]:
 
 def _prepare_host(job: HostJob) -> None:
     run_dir = job.context.run_dir
-    dirs = [job.context.data_dir] + ([job.service_dir] if job.service else [])
+    data_dirs = [job.context.data_dir] + [f"{mount}/{job.context.node}" for mount in job.context.mounts]
+    dirs = data_dirs + ([job.service_dir] if job.service else [])
     files = {}
     env = {**job.context.env, **(job.main.env if job.main else {})}  # the campaign's, then the plug-in's
     if job.main:

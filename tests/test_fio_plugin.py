@@ -419,3 +419,13 @@ def test_it_lets_fio_refuse_a_directory_that_does_not_exist(fio, tmp_path):
     assert not missing.exists()
     with pytest.raises(ParseError):
         fio.parse(done.stdout)
+
+
+def test_it_spreads_its_files_over_the_campaign_mount_points(fio):
+    host = HostContext(node="n1", index=0, run_dir="/r", data_dir="/mnt/a/0/n1", mounts=("/mnt/a/0", "/mnt/a/1"))
+
+    command = fio.build({"rw": "read", "bs": "1M", "kb_base": 1000, "create_serialize": 0, "sync": 0}, host)
+
+    job_file = command.files["job.fio"]
+    assert "directory=/mnt/a/0/n1:/mnt/a/1/n1" in job_file
+    assert "kb_base=1000" in job_file and "create_serialize=0" in job_file

@@ -223,6 +223,9 @@ FIO_OPTIONS: dict[str, Check] = {
     "rate": _matching(rf"{_SIZE}(,{_SIZE}){{0,2}}", "bytes per second such as 10m, or read,write[,trim] rates"),
     "rate_iops": _integer(1, _MAX_INT),
     "thread": _flag,
+    "kb_base": _choice(["1000", "1024"]),
+    "create_serialize": _flag,
+    "sync": _flag,
     "unlink": _flag,
 }
 # Parameters that are not job options: they name the job and place its data.
@@ -250,13 +253,13 @@ def _checked(key: Any, value: Any) -> str:
         raise ParamError(key, str(exc)) from None
 
 
-def _job(params: dict[str, Any], data_dir: str) -> _Job:
+def _job(params: dict[str, Any], data_dirs: list[str]) -> _Job:
     values = {key: _checked(key, value) for key, value in params.items()}
     if "rw" not in values:
         raise ParamError("rw", f"is required (one of {', '.join(RW_MODES)})")
     if values.get("time_based") == "1" and "runtime" not in values:
         raise ParamError("runtime", "is required when time_based is set, or fio never stops")
-    placement = [f"directory={values.pop('directory', None) or _data_dir(data_dir)}"]
+    placement = [f"directory={values.pop('directory', None) or ':'.join(_data_dir(d) for d in data_dirs)}"]
     if "filename" in values:
         placement.append(f"filename={values.pop('filename')}")
     name = values.pop("name", DEFAULT_JOB_NAME)
@@ -485,10 +488,12 @@ class Fio(Benchmark):
     version_argv = ["fio", "--version"]
 
     def validate(self, params: dict[str, Any]) -> None:
-        _job(params, data_dir="/")
+        _job(params, data_dirs=["/"])
 
     def build(self, params: dict[str, Any], host: HostContext) -> HostCommand:
-        job = _job(params, data_dir=host.data_dir)
+        # With campaign mounts, fio spreads its files over every mount point (seed 000's directory=a:b:...)
+        dirs = [f"{mount}/{host.node}" for mount in host.mounts] or [host.data_dir]
+        job = _job(params, data_dirs=dirs)
         return HostCommand(
             argv=["fio", "--eta=never", "--output-format=json", JOB_FILE],
             files={JOB_FILE: _job_file(job)},

@@ -41,6 +41,12 @@ class Command(BaseCommand):
         p = sub.add_parser("cancel", help="cancel a running campaign")
         p.add_argument("name")
         sub.add_parser("list", help="every campaign with its status")
+        p = sub.add_parser("preset", help="campaigns from the reference papers: list, or apply one to your inventory")
+        p.add_argument("preset", nargs="?", help="the preset to apply (omit to list them)")
+        p.add_argument("--name", help="name of the new campaign (a suite adds -PART)")
+        p.add_argument("--nodes", default="", help="comma-separated node names")
+        p.add_argument("--node-tags", default="", help="comma-separated tags")
+        p.add_argument("--storage", default="", help="storage system name")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         try:
@@ -179,10 +185,32 @@ class Command(BaseCommand):
         campaign = services.campaign_cancel(campaign=self._get(name))
         self.stdout.write(f"{campaign.name} {campaign.status}")
 
+    def do_preset(
+        self, preset: str | None, name: str | None, nodes: str, node_tags: str, storage: str, **_: Any
+    ) -> None:
+        from campaigns.presets import preset_list
+
+        if not preset:
+            for p in preset_list():
+                self.stdout.write(f"{p.slug:<32} seed {p.seed}\n{'':<32} {p.title} (needs: {', '.join(p.needs)})")
+            return
+        if not name:
+            raise CommandError("--name is required to apply a preset")
+        created = services.preset_instantiate(
+            slug=preset, name=name, nodes=_csv(nodes), node_tags=_csv(node_tags), storage=storage
+        )
+        for campaign in created:
+            runs = selectors.campaign_preview(campaign=campaign, max_points=0)["runs"]
+            self.stdout.write(f"created {campaign.name}: {runs} runs (manage.py campaign run {campaign.name})")
+
     def do_list(self, **_: Any) -> None:
         for c in selectors.campaign_list():
             done, total = c.run_done, c.run_total  # type: ignore[attr-defined]  # annotations of campaign_list()
             self.stdout.write(f"{c.name:<40} {c.kind:<8} {c.status:<10} {done}/{total} runs")
+
+
+def _csv(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def _num(value: float | None) -> str:
