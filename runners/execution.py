@@ -168,6 +168,7 @@ def run_prepare(run: Run) -> list[HostJob]:
     provenance["mounts"] = mount_storage(run, jobs)  # first: the data directories live on the mounts
     _raise_first(_fan_out(jobs, _prepare_host))
     if benchmark.uses_mpi and len(jobs) > 1:
+        _mirror_primary_files(jobs)
         mpi_reachability(run, jobs)
     provenance["hosts"] = dict(
         zip([j.row.host for j in jobs], _fan_out(jobs, lambda j: _host_info(benchmark, j)), strict=True)
@@ -197,6 +198,22 @@ def _prepare_host(job: HostJob) -> None:
         service_command=display_command(job.service_dir, job.service.argv, job.service.env) if job.service else "",
         remote_dir=run_dir,
     )
+
+
+def _mirror_primary_files(jobs: list[HostJob]) -> None:
+    """Open MPI starts remote ranks in mpirun's working directory: give every host the primary's run
+    directory (same path) with the files the ranks use, e.g. the round-robin wrapper."""
+    primary = jobs[0]
+    if primary.main is None or not primary.main.files:
+        return
+    run_dir = primary.context.run_dir
+    files = {f"{run_dir}/{name}": content for name, content in primary.main.files.items()}
+
+    def mirror(job: HostJob) -> None:
+        job.target.check(shlex.join(["mkdir", "-p", run_dir]), what="creating the MPI working directory")
+        job.target.put(files)
+
+    _raise_first(_fan_out(jobs[1:], mirror))
 
 
 def mpi_reachability(run: Run, jobs: list[HostJob]) -> None:

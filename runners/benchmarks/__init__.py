@@ -1,3 +1,15 @@
 """Benchmark plug-ins. Importing this package registers every kind."""
 
-from runners.benchmarks import fio  # noqa: F401
+from runners.benchmarks import (
+    fio,  # noqa: F401
+    horovod_synthetic,  # noqa: F401
+    ior,  # noqa: F401
+    iperf,  # noqa: F401
+    mdtest,  # noqa: F401
+    mlperf,  # noqa: F401
+    nccl,  # noqa: F401
+    nvidia_smi,  # noqa: F401
+    pytorch_resnet,  # noqa: F401
+    storage_read,  # noqa: F401
+    tf_cnn,  # noqa: F401
+)

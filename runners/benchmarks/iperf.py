@@ -1,0 +1,800 @@
+"""iperf plug-ins: TCP throughput between the run's hosts, with iperf3 (kind "iperf3", JSON output) or iperf 2
+(kind "iperf2", text output; the ``iperf`` program the seed papers use).
+
+Topology (param ``topology``), as (sender, receiver) flows over the run's host list:
+
+- ``pairs`` (default): host 0 sends to host 1, host 2 to host 3, ...; an odd host count is refused.
+- ``to_first``: every other host sends to host 0 at once (many clients to one server, e.g. nodes to storage).
+- ``all_to_all``: every host sends to every other host at once.
+
+Every flow has its own server: the receiver listens on ``port + sender index``. iperf3 serves one test at a time,
+so a receiver of several senders needs several servers, and a sender index makes each flow's port unique on its
+receiver. A server binds to its host's address (``-B``) and every client binds to its own: on the built-in lab,
+where all nodes share one network stack on distinct loopback addresses, ports then never collide across hosts; on a
+cluster it pins the test to the interface that owns the address. The address is ``HostInfo.address`` unless the
+``interface_address`` mapping ({host name: IP address}) names another one (a storage-network NIC, say).
+
+The runner allows one service and one main command per host, so both are a small Python helper
+(``rackbench_iperf.py``, Python 3.6+) reading a JSON plan the plug-in writes: ``serve`` starts the host's servers
+(``iperf3 -s``, persistent rather than ``-1``: the runner stops the service's process group once the mains have
+ended, and a one-off server would also be used up by anything that connects to it early); ``ready`` exits 0 once
+every server's port is listening on its address (read from /proc/net/tcp*, so nothing connects to the servers);
+``clients`` starts all of the host's clients at once and, when they have ended, prints each one's output after a
+``#rackbench-iperf {"peer": ..., ...}`` line, which is how ``parse`` knows which peer each result belongs to.
+Campaign values reach the nodes only as argv elements inside those plans; nothing goes through a shell.
+
+Metrics, per client host and peer (labels ``{"peer": name, "direction": "send" | "receive"}``; the direction is the
+client host's: ``send`` it sends to the peer, ``receive`` the peer sends to it, with ``reverse`` or ``bidir``):
+``throughput_bps`` (goodput as the receiver counted it, bit/s), ``retransmits`` (iperf3: TCP retransmissions of the
+sending side), and, labelled ``{"peer": name}``, ``cpu_local_percent``/``cpu_remote_percent`` (iperf3). ``aggregate``
+sums the throughput (and retransmits) of all simultaneous flows into host="" metrics labelled ``{}``, plus one per
+direction when both directions ran. iperf 2 reports neither retransmits (without -e) nor CPU use.
+
+Failures are never turned into numbers: iperf3 exits 0 after many errors (refused connection, busy server, a server
+that died), so ``parse`` raises ParseError with iperf3's own message whenever its JSON carries "error", and likewise
+for iperf 2's "connect failed"/"write failed" lines. Version notes: ``--bidir`` needs iperf3 3.7; before 3.11 its
+JSON repeats the keys "sum_sent"/"sum_received" for both directions (esnet/iperf#952), which cannot be read apart,
+so that output is refused. For iperf 2, ``reverse`` (``-R``) and ``bidir`` (``--full-duplex``) need 2.1 or later;
+``check`` flags a run whose output shows another direction than was asked for (an old iperf that ignored ``-R``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+import re
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from runners.benchmarks.base import (
+    Benchmark,
+    HostCommand,
+    HostContext,
+    HostInfo,
+    Metric,
+    MetricSpec,
+    ParamError,
+    ParseError,
+    register,
+)
+
+TOPOLOGIES = ("pairs", "to_first", "all_to_all")
+SEND = "send"
+RECEIVE = "receive"
+HELPER = "rackbench_iperf.py"
+SERVERS_PLAN = "servers.json"
+CLIENTS_PLAN = "clients.json"
+HEADER = "#rackbench-iperf "
+DEFAULT_DURATION = 10
+DEFAULT_CONNECT_TIMEOUT = 10  # seconds; iperf3 --connect-timeout (3.2+) takes milliseconds
+
+METRICS = (
+    MetricSpec("throughput_bps", "bit/s", True, "TCP goodput of one flow, as its receiver counted it"),
+    MetricSpec("retransmits", "count", False, "TCP retransmissions of the flow's sending side (iperf3)"),
+    MetricSpec("cpu_local_percent", "%", False, "CPU use of the client host during the test (iperf3)"),
+    MetricSpec("cpu_remote_percent", "%", False, "CPU use of the server host during the test (iperf3)"),
+)
+_UNITS = {spec.name: spec.unit for spec in METRICS}
+
+# The helper the service and the main command run; see the module docstring. Python 3.6+, standard library only.
+HELPER_SCRIPT = r'''"""Written by rackbench (runners/benchmarks/iperf.py): runs iperf servers or clients from a plan.
+
+Every command is an argv list from the plan; nothing goes through a shell.
+
+  python3 rackbench_iperf.py serve servers.json    start every server; exit when one of them exits
+  python3 rackbench_iperf.py ready servers.json    exit 0 once every server's port listens on the plan's address
+  python3 rackbench_iperf.py clients clients.json  start every client at once; then print each one's output
+                                                   after a "#rackbench-iperf {...}" line
+"""
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+HEADER = "#rackbench-iperf "
+STDERR_KEPT = 4000  # the end of each client's stderr goes into its header line, where parse finds its errors
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def stop_children(procs, grace=2.0):
+    """TERM every child, then KILL those still running after grace seconds (an idle iperf 2 server takes its time)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.time() + grace
+    for proc in procs:
+        while proc.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def stop_children_on_signal(procs):
+    def stop(signum, frame):
+        stop_children(procs)
+        sys.exit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, stop)
+
+
+def start(procs, argv, **kwargs):
+    try:
+        procs.append(subprocess.Popen(argv, **kwargs))
+    except OSError as exc:
+        sys.stderr.write("cannot start %s: %s\n" % (argv[0], exc))
+        stop_children(procs)
+        sys.exit(127)
+    return procs[-1]
+
+
+def serve(plan):
+    procs = []
+    stop_children_on_signal(procs)
+    for server in plan["servers"]:
+        start(procs, server["argv"])
+    while True:
+        for server, proc in zip(plan["servers"], procs):
+            code = proc.poll()
+            if code is not None:
+                sys.stderr.write("iperf server for %s on port %d exited with status %d\n"
+                                 % (server["peer"], server["port"], code))
+                stop_children(procs)
+                return code if 0 < code < 256 else 1
+        time.sleep(0.2)
+
+
+def listening():
+    """(address, port) of every listening TCP socket (state 0A in /proc/net/tcp and /proc/net/tcp6)."""
+    found = set()
+    for path, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+        try:
+            with open(path) as f:
+                rows = f.read().splitlines()[1:]
+        except (IOError, OSError):
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) < 4 or fields[3] != "0A":
+                continue
+            address, port = fields[1].split(":")
+            raw = bytes.fromhex(address)
+            if sys.byteorder == "little":  # the kernel prints each 32-bit word in host byte order
+                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            found.add((socket.inet_ntop(family, raw), int(port, 16)))
+    return found
+
+
+def ready(plan):
+    try:
+        infos = socket.getaddrinfo(plan["address"], None, 0, socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        sys.stderr.write("cannot resolve %s: %s\n" % (plan["address"], exc))
+        return 1
+    wanted = set(info[4][0].split("%")[0] for info in infos)
+    listen = listening()
+    missing = [s["port"] for s in plan["servers"] if not any((a, s["port"]) in listen for a in wanted)]
+    if missing:
+        sys.stderr.write("not listening yet on %s port %s\n" % (plan["address"], ", ".join(map(str, missing))))
+        return 1
+    return 0
+
+
+def clients(plan):
+    procs = []
+    stop_children_on_signal(procs)
+    runs = []
+    for index, client in enumerate(plan["clients"]):
+        out = open("client-%d.out" % index, "w+b")
+        err = open("client-%d.err" % index, "w+b")
+        runs.append((client, start(procs, client["argv"], stdout=out, stderr=err), out, err))
+    status = 0
+    for client, proc, out, err in runs:
+        code = proc.wait()
+        status = status or (code if 0 < code < 256 else 1 if code else 0)
+        out.seek(0)
+        err.seek(0)
+        text = out.read().decode("utf-8", "replace")
+        errors = err.read().decode("utf-8", "replace")
+        header = {"peer": client["peer"], "address": client["address"], "port": client["port"], "exit_code": code,
+                  "stderr": errors[-STDERR_KEPT:]}
+        sys.stdout.write(HEADER + json.dumps(header, sort_keys=True) + "\n")
+        sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+        for line in errors.splitlines():
+            sys.stderr.write("[%s] %s\n" % (client["peer"], line))
+    sys.stdout.flush()
+    return status
+
+
+def main(argv):
+    commands = {"serve": serve, "ready": ready, "clients": clients}
+    if len(argv) != 3 or argv[1] not in commands:
+        sys.stderr.write(__doc__)
+        return 2
+    return commands[argv[1]](load(argv[2]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
+'''
+
+
+# --- parameters -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Params:
+    topology: str
+    reverse: bool
+    bidir: bool
+    parallel: int
+    duration: int
+    omit: int
+    port: int
+    connect_timeout: int
+    bitrate: str | None
+    window: str | None
+    length: str | None
+    interface_address: dict[str, str] = field(default_factory=dict)
+
+
+Check = Callable[[Any], Any]  # returns the normalised value; raises ValueError with the reason
+
+
+def _integer(low: int, high: int) -> Check:
+    def check(value: Any) -> int:
+        if isinstance(value, str) and re.fullmatch(r"[0-9]{1,9}", value):
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ValueError(f"must be an integer from {low} to {high}, got {value!r}")
+        return value
+
+    return check
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if value in (0, 1, "0", "1", "true", "false"):
+        return value in (1, "1", "true")
+    raise ValueError(f"must be true or false, got {value!r}")
+
+
+def _choice(allowed: tuple[str, ...]) -> Check:
+    def check(value: Any) -> str:
+        if value not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}; got {value!r}")
+        return str(value)
+
+    return check
+
+
+def _quantity(pattern: str, expected: str, *, zero: bool) -> Check:
+    regex = re.compile(pattern)
+
+    def check(value: Any) -> str:
+        text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+        if not isinstance(text, str) or not regex.fullmatch(text):
+            raise ValueError(f"must be {expected}, got {value!r}")
+        if not zero and float(re.sub(r"[KMGTkmgt]$", "", text)) == 0:
+            raise ValueError("must be more than 0")
+        return text
+
+    return check
+
+
+def _interface_addresses(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ValueError('must map host names to IP addresses, e.g. {"dgx1": "10.200.10.13"}')
+    found: dict[str, str] = {}
+    for name, address in value.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"host names must be non-empty strings, got {name!r}")
+        try:
+            found[name] = str(ipaddress.ip_address(address))
+        except ValueError:
+            raise ValueError(f"{name}: {address!r} is not an IP address") from None
+    return found
+
+
+_BITRATE = _quantity(
+    r"[0-9]{1,12}(\.[0-9]{1,6})?[KMGkmg]?", "bits per second such as 10G, 500M or 0 (no limit)", zero=True
+)
+_SIZE = _quantity(r"[0-9]{1,12}[KMGkmg]?", "a size in bytes such as 128K or 4M", zero=False)
+
+# Every parameter a campaign may set, with its check and default (None: the tool's own default).
+PARAMS: dict[str, tuple[Check, Any]] = {
+    "topology": (_choice(TOPOLOGIES), "pairs"),
+    "reverse": (_flag, False),
+    "bidir": (_flag, False),
+    "parallel": (_integer(1, 128), 1),
+    "duration": (_integer(1, 86_400), DEFAULT_DURATION),
+    "omit": (_integer(0, 600), 0),
+    "port": (_integer(1024, 65_535), None),
+    "connect_timeout": (_integer(1, 600), DEFAULT_CONNECT_TIMEOUT),
+    "bitrate": (_BITRATE, None),  # -b: per stream, as iperf applies it
+    "window": (_SIZE, None),  # -w: socket buffer size
+    "length": (_SIZE, None),  # -l: read/write buffer length
+    "interface_address": (_interface_addresses, {}),
+}
+
+
+def _checked(key: str, value: Any) -> Any:
+    check, _ = PARAMS[key]
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise ParamError(key, str(exc)) from None
+
+
+# --- topology and commands ------------------------------------------------------------------------------------
+
+
+def _flows(topology: str, count: int) -> list[tuple[int, int]]:
+    """The (sender index, receiver index) of every flow, all of them simultaneous."""
+    if count < 2:
+        raise ParamError("topology", f"{topology} needs at least 2 hosts, the run has {count}")
+    if topology == "pairs":
+        if count % 2:
+            raise ParamError("topology", f"pairs needs an even number of hosts, the run has {count}")
+        return [(s, s + 1) for s in range(0, count, 2)]
+    if topology == "to_first":
+        return [(s, 0) for s in range(1, count)]
+    return [(s, r) for s in range(count) for r in range(count) if s != r]
+
+
+_HOST_ADDRESS = re.compile(r"[A-Za-z0-9_:][A-Za-z0-9_.:%-]{0,252}")  # never "-": no option lookalikes
+
+
+def _address(info: HostInfo, chosen: dict[str, str]) -> str:
+    """Where the host's iperf listens and sends from: interface_address[name], else the node's address."""
+    if info.name in chosen:
+        return chosen[info.name]
+    if not _HOST_ADDRESS.fullmatch(info.address):
+        raise ParamError(
+            "interface_address",
+            f"the address of {info.name} ({info.address!r}) is not a host name or IP address; set one for it here",
+        )
+    return info.address
+
+
+@dataclass(frozen=True)
+class _Flow:
+    peer: str  # the other host's name
+    address: str  # the receiver's address
+    port: int
+    own_address: str  # the address of the host the command runs on
+
+
+class _Iperf(Benchmark):
+    """What both iperf generations share; subclasses give the argv and read the output."""
+
+    metrics = METRICS
+    required_metrics = ("throughput_bps",)
+    default_port: ClassVar[int]
+    # Parameters the tool cannot honour, with the reason given back.
+    unsupported: ClassVar[dict[str, str]] = {}
+
+    def server_argv(self, port: int, address: str) -> list[str]:
+        raise NotImplementedError
+
+    def client_argv(self, p: _Params, flow: _Flow) -> list[str]:
+        raise NotImplementedError
+
+    def read(self, text: str, stderr: str = "") -> _Result:
+        """One client's results from its stdout (and stderr, where the tool writes some of its errors)."""
+        raise NotImplementedError
+
+    # -- parameters
+
+    def params(self, params: dict[str, Any]) -> _Params:
+        values: dict[str, Any] = {}
+        for key, value in params.items():
+            if key not in PARAMS:
+                raise ParamError(str(key), f"unknown {self.kind} parameter (known: {', '.join(PARAMS)})")
+            if key in self.unsupported:
+                raise ParamError(key, self.unsupported[key])
+            values[key] = _checked(key, value)
+        merged = {key: values.get(key, default) for key, (_, default) in PARAMS.items()}
+        merged["port"] = merged["port"] or self.default_port
+        if merged["reverse"] and merged["bidir"]:
+            raise ParamError("bidir", "reverse and bidir exclude each other: bidir already runs both directions")
+        if merged["omit"] >= merged["duration"]:
+            raise ParamError("omit", f"must be shorter than duration ({merged['duration']} s)")
+        return _Params(**merged)
+
+    def validate(self, params: dict[str, Any]) -> None:
+        self.params(params)
+
+    # -- commands
+
+    def build(self, params: dict[str, Any], host: HostContext) -> HostCommand | list[HostCommand] | None:
+        p = self.params(params)
+        hosts = host.hosts
+        flows = _flows(p.topology, len(hosts))
+        if not 0 <= host.index < len(hosts):
+            raise ParamError("topology", f"host index {host.index} is not in the run's {len(hosts)} hosts")
+        unknown = sorted(set(p.interface_address) - {h.name for h in hosts})
+        if unknown:
+            raise ParamError("interface_address", f"names no host of this run: {', '.join(unknown)}")
+        top_port = p.port + max(s for s, _ in flows)
+        if top_port > 65_535:
+            raise ParamError("port", f"{p.port} + sender index reaches {top_port}, past 65535; choose a lower port")
+        addresses = [_address(h, p.interface_address) for h in hosts]
+        me = host.index
+        serving = [_Flow(hosts[s].name, addresses[me], p.port + s, addresses[me]) for s, r in flows if r == me]
+        sending = [_Flow(hosts[r].name, addresses[r], p.port + me, addresses[me]) for s, r in flows if s == me]
+        commands = []
+        if serving:
+            commands.append(self._service(serving, addresses[me], host.env))
+        if sending:
+            commands.append(self._clients(p, sending, host.env))
+        if not commands:
+            return None
+        return commands[0] if len(commands) == 1 else commands
+
+    def _service(self, flows: list[_Flow], address: str, env: dict[str, str]) -> HostCommand:
+        plan = {
+            "address": address,
+            "servers": [{"peer": f.peer, "port": f.port, "argv": self.server_argv(f.port, address)} for f in flows],
+        }
+        return HostCommand(
+            argv=["python3", HELPER, "serve", SERVERS_PLAN],
+            files={HELPER: HELPER_SCRIPT, SERVERS_PLAN: json.dumps(plan, indent=1) + "\n"},
+            env=dict(env),
+            service=True,
+            ready_argv=["python3", HELPER, "ready", SERVERS_PLAN],
+        )
+
+    def _clients(self, p: _Params, flows: list[_Flow], env: dict[str, str]) -> HostCommand:
+        plan = {
+            "clients": [
+                {"peer": f.peer, "address": f.address, "port": f.port, "argv": self.client_argv(p, f)} for f in flows
+            ]
+        }
+        return HostCommand(
+            argv=["python3", HELPER, "clients", CLIENTS_PLAN],
+            files={HELPER: HELPER_SCRIPT, CLIENTS_PLAN: json.dumps(plan, indent=1) + "\n"},
+            env=dict(env),
+        )
+
+    # -- output
+
+    def parse(self, text: str, *, host: str = "") -> list[Metric]:
+        """Metrics of every flow in one client host's output: the helper's sections, or one tool output alone
+        (then the peer is the address the tool reports)."""
+        metrics: list[Metric] = []
+        for header, body in _sections(_unix_lines(text)):
+            peer = str(header.get("peer", ""))
+            stderr = _unix_lines(str(header.get("stderr", ""))).strip()
+            try:
+                result = self.read(body, stderr)
+            except ParseError as exc:
+                if not header:
+                    raise
+                code = header.get("exit_code")
+                status = f" (client exit status {code})" if code else ""
+                said = f"; its stderr ends: {stderr[-300:]!r}" if stderr and stderr not in str(exc) else ""
+                raise ParseError(f"peer {peer}: {exc}{status}{said}") from None
+            metrics += result.metrics(host, peer or result.peer)
+        return metrics
+
+    def aggregate(self, per_host: list[Metric]) -> list[Metric]:
+        """Sums over every flow (they all ran at once): throughput and retransmits labelled {}, and throughput per
+        direction as well when both directions ran."""
+        flows = [m for m in per_host if m.host and "peer" in m.labels and "direction" in m.labels]
+        out: list[Metric] = []
+        for name in ("throughput_bps", "retransmits"):
+            found = [m for m in flows if m.name == name]
+            if not found:
+                continue
+            out.append(_metric(name, sum(m.value for m in found), "", {}))
+            directions = sorted({m.labels["direction"] for m in found})
+            if name == "throughput_bps" and len(directions) > 1:
+                for d in directions:
+                    total = sum(m.value for m in found if m.labels["direction"] == d)
+                    out.append(_metric(name, total, "", {"direction": d}))
+        return out
+
+    def missing(self, metrics: list[Metric], hosts: list[str]) -> list[str]:
+        """Every host that ran clients must report the throughput of its flows."""
+        reporting = {m.host for m in metrics if m.name == "throughput_bps" and "peer" in m.labels}
+        return [f"{h}: no iperf throughput (throughput_bps) in its client output" for h in hosts if h not in reporting]
+
+    def check(self, params: dict[str, Any], metrics: list[Metric], logs: dict[str, str]) -> list[str]:
+        """The directions measured must be the ones asked for: an iperf that ignores -R would otherwise pass a
+        send test off as a receive test."""
+        p = self.params(params)
+        wanted = {SEND, RECEIVE} if p.bidir else {RECEIVE} if p.reverse else {SEND}
+        measured: dict[str, set[str]] = defaultdict(set)
+        for m in metrics:
+            if m.name == "throughput_bps" and m.host and "direction" in m.labels:
+                measured[m.host].add(m.labels["direction"])
+        return [
+            f"{h}: {self.kind} measured the {'+'.join(sorted(got))} direction but the campaign asked for "
+            f"{'+'.join(sorted(wanted))} (an iperf too old for reverse/bidir may ignore the option)"
+            for h, got in sorted(measured.items())
+            if got != wanted
+        ]
+
+
+@dataclass
+class _Result:
+    """One client's results: throughput (and retransmits) per direction, CPU use."""
+
+    peer: str
+    throughput: dict[str, float]
+    retransmits: dict[str, float] = field(default_factory=dict)
+    cpu_local: float | None = None
+    cpu_remote: float | None = None
+
+    def metrics(self, host: str, peer: str) -> list[Metric]:
+        out: list[Metric] = []
+        for direction, bps in self.throughput.items():
+            labels = {"peer": peer, "direction": direction}
+            out.append(_metric("throughput_bps", bps, host, labels))
+            if direction in self.retransmits:
+                out.append(_metric("retransmits", self.retransmits[direction], host, labels))
+        if self.cpu_local is not None:
+            out.append(_metric("cpu_local_percent", self.cpu_local, host, {"peer": peer}))
+        if self.cpu_remote is not None:
+            out.append(_metric("cpu_remote_percent", self.cpu_remote, host, {"peer": peer}))
+        return out
+
+
+def _metric(name: str, value: float, host: str, labels: dict[str, Any]) -> Metric:
+    return Metric(name=name, value=value, unit=_UNITS[name], host=host, labels=dict(labels))
+
+
+_HEADER_LINE = re.compile(r"^" + re.escape(HEADER) + r"(.*)$", re.MULTILINE)
+
+
+def _sections(text: str) -> list[tuple[dict[str, Any], str]]:
+    """(header, output) per client of the helper's output; ({}, text) for one tool output alone."""
+    headers = list(_HEADER_LINE.finditer(text))
+    if not headers:
+        if not text.strip():
+            raise ParseError("the iperf client printed nothing")
+        return [({}, text)]
+    sections = []
+    for i, match in enumerate(headers):
+        try:
+            header = json.loads(match.group(1))
+        except ValueError:
+            raise ParseError(f"unreadable rackbench-iperf header line: {match.group(0)[:200]!r}") from None
+        if not isinstance(header, dict):
+            raise ParseError(f"unreadable rackbench-iperf header line: {match.group(0)[:200]!r}")
+        end = headers[i + 1].start() if i + 1 < len(headers) else len(text)
+        sections.append((header, text[match.end() : end]))
+    return sections
+
+
+def _unix_lines(text: str) -> str:
+    """Output read through a terminal (ssh -t) ends its lines with CRLF."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+# --- iperf3 ---------------------------------------------------------------------------------------------------
+
+# The top-level document starts with "start"; nested "sum" objects start with "start" too, but hold a number there.
+_JSON_START = re.compile(r'\{\s*"start"\s*:')
+
+
+def _iperf3_document(text: str) -> tuple[dict[str, Any], set[str]]:
+    """The last complete iperf3 JSON document in text, and the keys it repeats within one object."""
+    found: tuple[dict[str, Any], set[str]] | None = None
+    end = 0
+    for match in _JSON_START.finditer(text):
+        if match.start() < end:
+            continue
+        repeated: set[str] = set()
+
+        def pairs(items: list[tuple[str, Any]], repeated: set[str] = repeated) -> dict[str, Any]:
+            obj: dict[str, Any] = {}
+            for key, value in items:
+                if key in obj:
+                    repeated.add(key)
+                obj[key] = value
+            return obj
+
+        try:
+            doc, stop = json.JSONDecoder(object_pairs_hook=pairs).raw_decode(text, match.start())
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("start"), dict):
+            found, end = (doc, repeated), stop
+    if found is None:
+        if _JSON_START.search(text):
+            raise ParseError("iperf3's JSON output is incomplete (cut off before its end)")
+        raise ParseError("no iperf3 JSON output found (was iperf3 run with -J?)")
+    return found
+
+
+def _received(end: dict[str, Any], received_key: str, sent_key: str) -> float:
+    received = _object(end.get(received_key))
+    bps = _number(received.get("bits_per_second"))
+    if bps is None or bps < 0:
+        raise ParseError(f"iperf3's JSON output has no end.{received_key}.bits_per_second")
+    sent = _number(_object(end.get(sent_key)).get("bytes")) or 0
+    if bps == 0 and sent > 0:
+        raise ParseError(
+            f"iperf3 reports {sent:.0f} bytes sent but none received (end.{received_key}): the receiver's results "
+            "never reached the client"
+        )
+    return bps
+
+
+def _retransmits(end: dict[str, Any], sent_key: str) -> float | None:
+    count = _number(_object(end.get(sent_key)).get("retransmits"))
+    return count if count is not None and count >= 0 else None
+
+
+def read_iperf3(text: str) -> _Result:
+    doc, repeated = _iperf3_document(text)
+    error = doc.get("error")
+    if error:
+        raise ParseError(f"iperf3 reported an error: {error}")
+    start = _object(doc.get("start"))
+    test = _object(start.get("test_start"))
+    protocol = test.get("protocol", "TCP")
+    if protocol != "TCP":
+        raise ParseError(f"iperf3 ran a {protocol} test; rackbench reads TCP results only")
+    end = _object(doc.get("end"))
+    if repeated & {"sum_sent", "sum_received"}:
+        raise ParseError(
+            "iperf3's --bidir JSON before 3.11 repeats sum_sent/sum_received for both directions (esnet/iperf#952) "
+            "and cannot be read apart; use iperf3 3.11 or later, or run reverse and forward separately"
+        )
+    forward = RECEIVE if test.get("reverse") else SEND
+    result = _Result(
+        peer=str(_object(start.get("connecting_to")).get("host", "")),
+        throughput={forward: _received(end, "sum_received", "sum_sent")},
+    )
+    directions = [(forward, "sum_sent")]
+    if "sum_received_bidir_reverse" in end or test.get("bidir"):
+        result.throughput[RECEIVE] = _received(end, "sum_received_bidir_reverse", "sum_sent_bidir_reverse")
+        directions.append((RECEIVE, "sum_sent_bidir_reverse"))
+    for direction, sent_key in directions:
+        count = _retransmits(end, sent_key)
+        if count is not None:
+            result.retransmits[direction] = count
+    cpu = _object(end.get("cpu_utilization_percent"))
+    result.cpu_local = _number(cpu.get("host_total"))
+    result.cpu_remote = _number(cpu.get("remote_total"))
+    return result
+
+
+# --- iperf 2 --------------------------------------------------------------------------------------------------
+
+# A report line: "[  3]  0.0-10.0 sec  1.10 GBytes   944 Mbits/sec" (2.0.x), "[ *1] 0.0000-1.0015 sec  2539782144 Bytes
+# 20287359503 bits/sec" (2.1, "*": data the client received), "[SUM] ...". Enhanced (-e) columns may follow.
+_REPORT = re.compile(
+    r"^\[\s*(?P<id>\*?\s*(?:[0-9]+|SUM))\]\s+(?P<start>[0-9]+(?:\.[0-9]+)?)\s*-\s*(?P<end>[0-9]+(?:\.[0-9]+)?)\s+sec\s+"
+    r"[0-9.]+\s+[KMGT]?Bytes\s+(?P<rate>[0-9]+(?:\.[0-9]+)?)\s+(?P<prefix>[KMGT]?)(?P<unit>bits|Bytes)/sec\b",
+    re.MULTILINE,
+)
+_CONNECTING = re.compile(r"^Client connecting to (?P<host>\S+), (?P<protocol>\w+) port", re.MULTILINE)
+_FAILED = re.compile(r"^(?:\w+ )?(?:connect|write|read|send|recv) failed: .*$", re.MULTILINE)
+_PREFIXES = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4}
+
+
+def _bits_per_second(match: re.Match[str]) -> float:
+    """iperf 2 scales bits by 1000 and bytes by 1024 (4.63 GBytes in 1.006 s is 39.6 Gbits/sec)."""
+    power = _PREFIXES[match["prefix"]]
+    rate = float(match["rate"])
+    return rate * 1000**power if match["unit"] == "bits" else rate * 8 * 1024**power
+
+
+def read_iperf2(text: str, stderr: str = "") -> _Result:
+    """iperf 2 prints "write failed: ..." (a test cut short) on stderr, or in its output on some systems."""
+    connecting = _CONNECTING.search(text)
+    if connecting and connecting["protocol"] != "TCP":
+        raise ParseError(f"iperf ran a {connecting['protocol']} test; rackbench reads TCP results only")
+    failures = _FAILED.findall(text) + _FAILED.findall(stderr)
+    if failures:
+        raise ParseError(f"iperf reported: {'; '.join(dict.fromkeys(f.strip() for f in failures))}")
+    finals: dict[str, re.Match[str]] = {}  # per stream id ("3", "*3", "SUM"): its last report from 0 s on
+    for match in _REPORT.finditer(text):
+        if float(match["start"]) == 0:
+            finals[re.sub(r"\s", "", match["id"])] = match
+    if not finals:
+        raise ParseError("no iperf result line found (a '[ ID]  0.0-10.0 sec ... bits/sec' report)")
+    streams = {key: m for key, m in finals.items() if key.lstrip("*") != "SUM"}
+    directions = {RECEIVE if key.startswith("*") else SEND for key in streams}
+    total = finals.get("SUM") or finals.get("*SUM")
+    if not streams and "(full-duplex)" in text:
+        raise ParseError("iperf printed only the total of both directions (--sum-only?); it cannot be split")
+    throughput: dict[str, float] = defaultdict(float)
+    if total is not None and len(directions) <= 1:
+        # A SUM line is the total of one direction, except with --full-duplex, where it adds both up: then the
+        # streams of each direction are summed instead.
+        direction = next(iter(directions), RECEIVE if "(reverse)" in text else SEND)
+        throughput[direction] = _bits_per_second(total)
+    else:
+        for key, match in streams.items():
+            throughput[RECEIVE if key.startswith("*") else SEND] += _bits_per_second(match)
+    return _Result(peer=connecting["host"] if connecting else "", throughput=dict(throughput))
+
+
+# --- the two kinds --------------------------------------------------------------------------------------------
+
+
+def _tuning(p: _Params) -> list[str]:
+    argv: list[str] = []
+    for flag, value in (("-b", p.bitrate), ("-w", p.window), ("-l", p.length)):
+        if value is not None:
+            argv += [flag, value]
+    return argv
+
+
+@register
+class Iperf3(_Iperf):
+    kind = "iperf3"
+    description = "iperf3: TCP throughput between hosts (pairs, many to one, all to all), JSON output"
+    version_argv = ["iperf3", "--version"]
+    default_port = 5201
+
+    def server_argv(self, port: int, address: str) -> list[str]:
+        return ["iperf3", "-s", "-p", str(port), "-B", address]
+
+    def client_argv(self, p: _Params, flow: _Flow) -> list[str]:
+        argv = ["iperf3", "-c", flow.address, "-p", str(flow.port), "-B", flow.own_address, "-J"]
+        argv += ["-t", str(p.duration), "-P", str(p.parallel), "--connect-timeout", str(p.connect_timeout * 1000)]
+        if p.omit:
+            argv += ["-O", str(p.omit)]
+        if p.reverse:
+            argv.append("-R")
+        if p.bidir:
+            argv.append("--bidir")
+        return argv + _tuning(p)
+
+    def read(self, text: str, stderr: str = "") -> _Result:
+        return read_iperf3(text)
+
+
+@register
+class Iperf2(_Iperf):
+    kind = "iperf2"
+    description = "iperf 2: TCP throughput between hosts (pairs, many to one, all to all), text output"
+    version_argv = ["iperf", "--version"]
+    default_port = 5001
+    unsupported = {
+        "omit": "iperf 2 cannot leave out the first seconds (-O is iperf3's); use iperf3",
+        "connect_timeout": "iperf 2 has no connect timeout (--connect-timeout is iperf3's); use iperf3",
+    }
+
+    def server_argv(self, port: int, address: str) -> list[str]:
+        return ["iperf", "-s", "-p", str(port), "-B", address]
+
+    def client_argv(self, p: _Params, flow: _Flow) -> list[str]:
+        # -f b: rates in bits/sec, unrounded (the default adaptive units keep three digits)
+        argv = ["iperf", "-c", flow.address, "-p", str(flow.port), "-B", flow.own_address]
+        argv += ["-t", str(p.duration), "-P", str(p.parallel), "-f", "b"]
+        if p.reverse:
+            argv.append("-R")
+        if p.bidir:
+            argv.append("--full-duplex")
+        return argv + _tuning(p)
+
+    def read(self, text: str, stderr: str = "") -> _Result:
+        return read_iperf2(text, stderr)

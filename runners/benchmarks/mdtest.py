@@ -1,0 +1,328 @@
+"""mdtest plug-in: file-system metadata rates (create, stat, read, remove) under mpirun (seeds 002 and 003).
+
+The primary host runs ``mpirun ... mdtest -n 10000 -i 3 -u -d <directory>`` across every host of the run; the
+others run nothing. Every parameter reaches mdtest as its own argv element, after an allowlist check.
+
+Parameters: ``files_per_rank`` (-n, default 1000) or ``items_per_dir`` (-I), ``iterations`` (-i, default 3),
+``unique_dir`` (-u, default true), ``directory`` (-d, default the host's data_dir; absolute, without '@', which
+mdtest reads as a list of directories), ``write_bytes`` (-w), ``read_bytes`` (-e), ``depth`` (-z),
+``branching`` (-b), ``leaf_only`` (-L), ``files_only`` (-F), ``dirs_only`` (-D), ``phases`` (a subset of
+create/stat/read/remove: -C/-T/-E/-r; all phases when absent), ``binary`` (default ``mdtest``) and the launch's
+``mpi_*`` parameters (runners.launchers.mpi).
+
+Output: the SUMMARY table mdtest prints once at the end, in any of the layouts its versions use:
+``SUMMARY (in ops/sec): (of N iterations)`` (1.8), ``SUMMARY: (of N iterations)`` (1.9),
+``SUMMARY rate: (of N iterations)`` (IOR-bundled 3.x, 4.x; its rows lost their ':' in 4.0). A ``SUMMARY time``
+table (``-P``) is ignored. Each row gives Max, Min, Mean and Std Dev over the iterations; with
+``--show-rank-statistics`` more columns come first, so the last four are read.
+
+Metrics, all for the whole run (host "", labels {}): for each operation in the table
+(``directory_creation``, ``directory_stat``, ``directory_rename``, ``directory_removal``, ``file_creation``,
+``file_stat``, ``file_read``, ``file_removal``, ``tree_creation``, ``tree_removal``):
+
+- ``<op>_ops_per_sec``: the mean over the iterations (ops/s, higher is better), the headline number;
+- ``<op>_ops_per_sec_max`` and ``<op>_ops_per_sec_min`` (ops/s, higher is better);
+- ``<op>_ops_per_sec_stdev`` (ops/s, lower is better).
+
+The statistics are separate metric names rather than a ``stat`` label because a metric's name is what carries
+its direction and what the campaign summary groups repetitions by; a label would put max and mean in one
+group. A row whose Max, Min and Mean are all zero is a phase mdtest did not run (``-C`` alone prints zeros for
+stat, read and removal) and gives no metric. A run fails when the table is missing (mdtest interrupted or
+failed), and when an operation its parameters ask for has no rate (check()).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from runners.benchmarks.base import (
+    Benchmark,
+    HostCommand,
+    HostContext,
+    Metric,
+    MetricSpec,
+    ParamError,
+    ParseError,
+    register,
+)
+from runners.launchers.mpi import mpirun_argv, options_from_params
+
+OPERATIONS = {
+    "Directory creation": "directory_creation",
+    "Directory stat": "directory_stat",
+    "Directory read": "directory_read",
+    "Directory rename": "directory_rename",
+    "Directory removal": "directory_removal",
+    "File creation": "file_creation",
+    "File stat": "file_stat",
+    "File read": "file_read",
+    "File removal": "file_removal",
+    "Tree creation": "tree_creation",
+    "Tree removal": "tree_removal",
+}
+STATISTICS = (("_max", True, "maximum"), ("_min", True, "minimum"), ("", True, "mean"), ("_stdev", False, "std dev"))
+PHASES = {"create": "-C", "stat": "-T", "read": "-E", "remove": "-r"}
+# What each phase measures, for files and for directories ("read" has no directory row).
+PHASE_OPERATIONS = {
+    "create": ("file_creation", "directory_creation"),
+    "stat": ("file_stat", "directory_stat"),
+    "read": ("file_read", None),
+    "remove": ("file_removal", "directory_removal"),
+}
+MPI_PARAMS = frozenset(
+    {
+        "mpi_slots",
+        "mpi_ssh_port",
+        "mpi_pml",
+        "mpi_btl",
+        "mpi_btl_tcp_if_include",
+        "mpi_map_by",
+        "mpi_bind_to",
+        "mpi_tag_output",
+    }
+)
+MAX_COUNT = 10**9
+MAX_BYTES = 1 << 40
+BINARY = re.compile(r"[A-Za-z0-9_.+/-]{1,255}")
+
+
+def _metric_specs() -> tuple[MetricSpec, ...]:
+    specs = []
+    for title, op in OPERATIONS.items():
+        for suffix, higher, what in STATISTICS:
+            specs.append(MetricSpec(f"{op}_ops_per_sec{suffix}", "ops/s", higher, f"{title}: {what} over iterations"))
+    return tuple(specs)
+
+
+METRICS = _metric_specs()
+_UNITS = {spec.name: spec.unit for spec in METRICS}
+
+
+# --- parameters -------------------------------------------------------------------------------------------------
+
+
+def _count(params: dict[str, Any], name: str, low: int, high: int = MAX_COUNT) -> int | None:
+    value = params.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ParamError(name, f"must be a whole number from {low} to {high}, got {value!r}")
+    return value
+
+
+def _flag(params: dict[str, Any], name: str, default: bool = False) -> bool:
+    value = params.get(name, default)
+    if not isinstance(value, bool):
+        raise ParamError(name, f"must be true or false, got {value!r}")
+    return value
+
+
+def _path(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise ParamError(name, f"must be an absolute path, got {value!r}")
+    if len(value) > 4096 or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ParamError(name, "must be at most 4096 characters, without control characters")
+    if "@" in value:
+        raise ParamError(name, "must not contain '@' (mdtest reads it as a list of directories)")
+    return value
+
+
+def _binary(params: dict[str, Any], default: str) -> str:
+    value = params.get("binary", default)
+    if not isinstance(value, str) or not BINARY.fullmatch(value) or value.startswith("-"):
+        raise ParamError("binary", f"must be a program name or path (letters, digits, '._+/-'), got {value!r}")
+    return value
+
+
+def _phases(params: dict[str, Any]) -> list[str]:
+    value = params.get("phases")
+    if value is None:
+        return list(PHASES)
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or any(p not in PHASES for p in value):
+        raise ParamError("phases", f"must be a non-empty list of {', '.join(PHASES)}; got {value!r}")
+    return [p for p in PHASES if p in value]
+
+
+KNOWN = frozenset(
+    {
+        "files_per_rank",
+        "items_per_dir",
+        "iterations",
+        "unique_dir",
+        "directory",
+        "write_bytes",
+        "read_bytes",
+        "depth",
+        "branching",
+        "leaf_only",
+        "files_only",
+        "dirs_only",
+        "phases",
+        "binary",
+    }
+)
+
+
+def rank_argv(params: dict[str, Any], data_dir: str) -> list[str]:
+    """What every rank runs: mdtest and its arguments; raises ParamError naming the first bad parameter."""
+    for key in params:
+        if key not in KNOWN and key not in MPI_PARAMS:
+            raise ParamError(str(key), "unknown mdtest parameter")
+    _flag(params, "mpi_tag_output")
+    binary = _binary(params, "mdtest")
+    files = _count(params, "files_per_rank", 1)
+    per_dir = _count(params, "items_per_dir", 1)
+    if files is not None and per_dir is not None:
+        raise ParamError("items_per_dir", "cannot be combined with files_per_rank (mdtest takes -n or -I)")
+    if _flag(params, "files_only") and _flag(params, "dirs_only"):
+        raise ParamError("dirs_only", "cannot be combined with files_only")
+    argv = [binary, *(["-I", str(per_dir)] if per_dir is not None else ["-n", str(files or 1000)])]
+    argv += ["-i", str(_count(params, "iterations", 1, 1000) or 3)]
+    if _flag(params, "unique_dir", default=True):
+        argv.append("-u")
+    for name, option, low, high in (
+        ("write_bytes", "-w", 0, MAX_BYTES),
+        ("read_bytes", "-e", 0, MAX_BYTES),
+        ("depth", "-z", 0, 64),
+        ("branching", "-b", 1, 1_000_000),
+    ):
+        value = _count(params, name, low, high)
+        if value is not None:
+            argv += [option, str(value)]
+    for name, option in (("leaf_only", "-L"), ("files_only", "-F"), ("dirs_only", "-D")):
+        if _flag(params, name):
+            argv.append(option)
+    phases = _phases(params)
+    if len(phases) < len(PHASES):
+        argv += [PHASES[p] for p in phases]
+    directory = params.get("directory")
+    argv += ["-d", _path(directory, "directory") if directory is not None else _path(data_dir, "directory")]
+    return argv
+
+
+def expected_operations(params: dict[str, Any]) -> list[str]:
+    """The operations whose rates a run with these parameters must report."""
+    files = not _flag(params, "dirs_only")
+    dirs = not _flag(params, "files_only")
+    wanted = []
+    for phase in _phases(params):
+        file_op, dir_op = PHASE_OPERATIONS[phase]
+        if files:
+            wanted.append(file_op)
+        if dirs and dir_op:
+            wanted.append(dir_op)
+    return wanted
+
+
+# --- output -----------------------------------------------------------------------------------------------------
+
+TAG_PREFIX = re.compile(
+    r"^\[\d+,\d+\]<std(?:out|err)>: ?", re.MULTILINE
+)  # some Open MPI versions put a blank after the tag
+SUMMARY = re.compile(r"^\s*SUMMARY([^:\n]*):\s*\(of (\d+) iterations?\)", re.MULTILINE)
+ROW = re.compile(r"^\s*(Directory|File|Tree)\s+(creation|stat|read|rename|removal)\s*:?\s+(.*)$")
+NUMBER = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$|^[-+]?(inf|nan)$", re.IGNORECASE)
+
+
+def clean(text: str) -> str:
+    """Output as mdtest wrote it: without carriage returns (a pseudo-terminal's CRLF) and mpirun --tag-output."""
+    return TAG_PREFIX.sub("", text.replace("\r", ""))
+
+
+def _rate_tables(text: str) -> list[list[str]]:
+    """The lines of every rate table ("SUMMARY rate", "SUMMARY", "SUMMARY (in ops/sec)"; not "SUMMARY time")."""
+    tables = []
+    for match in SUMMARY.finditer(text):
+        if match.group(1).strip().lower() not in ("", "rate", "(in ops/sec)"):
+            continue
+        lines = text[match.end() :].split("\n")[1:]
+        rows = []
+        for line in lines:
+            if line.strip().startswith(("Operation", "---")):
+                continue
+            if not ROW.match(line):
+                break
+            rows.append(line)
+        tables.append(rows)
+    return tables
+
+
+def _statistics(rest: str) -> tuple[float, float, float, float] | None:
+    """(max, min, mean, stdev): the last four numbers of a row."""
+    tokens = rest.split()
+    if len(tokens) < 4 or not all(NUMBER.match(t) for t in tokens[-4:]):
+        return None
+    values = tuple(float(t) for t in tokens[-4:])
+    if not all(math.isfinite(v) for v in values):
+        return None
+    return values[0], values[1], values[2], values[3]
+
+
+FAILURE = re.compile(r"^.*\b(?:ERROR|Error)\b.*$", re.MULTILINE)
+
+
+def _failure_hint(text: str) -> str:
+    match = FAILURE.search(text)
+    return f" (it said: {match.group(0).strip()[:200]})" if match else ""
+
+
+def parse_summary(text: str) -> list[Metric]:
+    text = clean(text)
+    tables = _rate_tables(text)
+    if not tables:
+        raise ParseError(f"no mdtest SUMMARY rate table found: mdtest did not finish{_failure_hint(text)}")
+    # With -f/-l/-s (several task counts) mdtest prints one table per count; the last is the largest job.
+    metrics: list[Metric] = []
+    for line in tables[-1]:
+        match = ROW.match(line)
+        assert match is not None
+        op = OPERATIONS[f"{match.group(1)} {match.group(2)}"]
+        stats = _statistics(match.group(3))
+        if stats is None or not any(stats[:3]):
+            continue  # unreadable, or a phase mdtest did not run
+        for (suffix, _, _), value in zip(STATISTICS, stats, strict=True):
+            name = f"{op}_ops_per_sec{suffix}"
+            metrics.append(Metric(name=name, value=value, unit=_UNITS[name], host=""))
+    if not metrics:
+        raise ParseError("mdtest's SUMMARY table has no rates (every operation reads zero)")
+    return metrics
+
+
+@register
+class Mdtest(Benchmark):
+    kind = "mdtest"
+    description = "mdtest: file-system metadata operation rates across MPI ranks"
+    metrics = METRICS
+    version_argv = ["sh", "-c", "command -v mdtest"]  # mdtest has no version option; its output names it
+    uses_mpi = True
+
+    def validate(self, params: dict[str, Any]) -> None:
+        rank_argv(params, data_dir="/")
+        options_from_params(params, {})
+
+    def build(self, params: dict[str, Any], host: HostContext) -> HostCommand | None:
+        argv = rank_argv(params, data_dir=host.data_dir)
+        if not host.is_primary:
+            return None
+        return HostCommand(argv=mpirun_argv(host.hosts, argv, options_from_params(params, host.env)))
+
+    def parse(self, text: str, *, host: str = "") -> list[Metric]:
+        """Rates for the whole run (host ""), whichever host's output holds the table."""
+        return parse_summary(text)
+
+    def missing(self, metrics: list[Metric], hosts: list[str]) -> list[str]:
+        if any(m.host == "" and m.name.endswith("_ops_per_sec") for m in metrics):
+            return []
+        return ["expected mdtest's SUMMARY rates for the run; none were found"]
+
+    def check(self, params: dict[str, Any], metrics: list[Metric], logs: dict[str, str]) -> list[str]:
+        found = {m.name for m in metrics if m.host == ""}
+        return [
+            f"expected metric {op}_ops_per_sec is missing: mdtest printed no {op.replace('_', ' ')} rate"
+            for op in expected_operations(params)
+            if f"{op}_ops_per_sec" not in found
+        ]

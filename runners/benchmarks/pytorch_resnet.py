@@ -1,0 +1,139 @@
+"""pytorch_resnet plug-in: NVIDIA DeepLearningExamples' PyTorch ResNet-50 (PyTorch/Classification/ConvNets/main.py).
+
+Launch: mpirun, one rank per GPU, like the other training kinds (see ``runners.benchmarks.training``), rather than
+torchrun: one command on the primary host keeps the seeds' MPI setup (container sshd port, NCCL variables passed with
+-x, the same host list), where torchrun would need a command on every host and a rendezvous of its own. main.py reads
+the torch.distributed environment (``WORLD_SIZE``, ``LOCAL_RANK``, ``RANK``, ``MASTER_ADDR``, ``MASTER_PORT``;
+init_method env://), so each rank starts through a fixed ``sh`` line that copies Open MPI's
+``OMPI_COMM_WORLD_{SIZE,RANK,LOCAL_RANK}`` into those names; ``MASTER_ADDR`` (the primary host's address) and
+``MASTER_PORT`` (``master_port``, default 29500) go to every rank with mpirun's -x.
+
+Output: rank 0 logs through DLLogger's stdout backend, one line per record::
+
+    DLL 2023-02-14 06:30:27.972023 - PARAMETER data : /data/imagenet  ... world_size : 4
+    DLL 2023-02-14 06:32:36.840745 - Epoch: 1  train.loss : 1.41090 None train.compute_ips : 10470.11 images/s
+        train.total_ips : 10467.29 images/s ...
+    DLL 2023-02-14 06:32:37.463116 - Summary: train.loss : 6.42087 None train.compute_ips : 10406.84 images/s
+        train.total_ips : 10403.96 images/s ...
+
+(older releases write "img/s"). ``train.total_ips`` counts every rank's images (batch x world size / step time).
+Metrics: ``images_per_sec`` from the Summary's train.total_ips (labelled {"epoch": e} from the end-of-epoch lines),
+``compute_images_per_sec`` from train.compute_ips (the rate without waiting for data: the gap to images_per_sec is the
+input pipeline's, i.e. storage's, share), ``images_per_sec_per_gpu`` (total / world_size from the PARAMETER line, or
+the launch header's GPU count) and ``storage_mb_per_sec`` (with ``record_size_bytes``). A run that stopped before its
+Summary line has no images_per_sec and fails. DLLogger's JSON backend (``DLLL {...}`` lines) writes to the
+``--raport-file``, not to the output this plug-in reads.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from runners.benchmarks import training as t
+from runners.benchmarks.base import HostCommand, HostContext, Metric, MetricSpec, ParamError, ParseError, register
+
+COMPUTE = MetricSpec(
+    "compute_images_per_sec", "img/s", True, "training rate counting compute time only (DLLogger train.compute_ips)"
+)
+RANK_ENV_SCRIPT = (
+    'export WORLD_SIZE="$OMPI_COMM_WORLD_SIZE" RANK="$OMPI_COMM_WORLD_RANK" '
+    'LOCAL_RANK="$OMPI_COMM_WORLD_LOCAL_RANK"; exec "$@"'
+)
+DATA_BACKENDS = ("synthetic", "dali-cpu", "dali-gpu", "pytorch")
+OPTIONS: dict[str, t.Option] = {
+    "arch": t.Option("--arch", t.matching(r"[a-z][a-z0-9_-]{0,63}", "a model name such as resnet50"), "space"),
+    "data_backend": t.Option("--data-backend", t.choice(*DATA_BACKENDS), "space"),
+    "workers": t.Option("--workers", t.integer(0, 256), "space"),
+    "epochs": t.Option("--epochs", t.integer(1, 10_000), "space"),
+    "batch_size": t.Option("--batch-size", t.integer(1, 65536), "space"),
+    "prof": t.Option("--prof", t.integer(1, 100_000_000), "space"),
+    "print_freq": t.Option("--print-freq", t.integer(1, 100_000), "space"),
+    "amp": t.Option("--amp", t.boolean, "switch"),
+    "static_loss_scale": t.Option("--static-loss-scale", t.number(1, 2**24), "space"),
+    "memory_format": t.Option("--memory-format", t.choice("nchw", "nhwc"), "space"),
+    "training_only": t.Option("--training-only", t.boolean, "switch"),
+    "no_checkpoints": t.Option("--no-checkpoints", t.boolean, "switch"),
+}
+CHECKS = {**t.COMMON, "master_port": t.integer(1024, 65535), **{n: o.check for n, o in OPTIONS.items()}}
+
+_DLL = re.compile(r"DLL [0-9-]+ [0-9:.]+ - (PARAMETER|Summary:|Epoch: (\d+)(?:\s+Iteration: \d+)?)")
+_FIELD = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*) : (\S+)")
+
+
+def _values(params: dict[str, Any]) -> dict[str, Any]:
+    values = t.checked(params, CHECKS, required=("script",))
+    synthetic = values.get("data_source", "synthetic") == "synthetic"
+    values.setdefault("data_backend", "synthetic" if synthetic else "dali-cpu")
+    if synthetic != (values["data_backend"] == "synthetic"):
+        raise ParamError("data_backend", "must be synthetic exactly when data_source is synthetic")
+    return values
+
+
+def _rank_argv(values: dict[str, Any], host: HostContext) -> list[str]:
+    location = t.data_location(values, host)
+    # main.py's data path is positional and required even with the synthetic backend, which never reads it.
+    data = location.directory if location.directory is not None else host.data_dir
+    program = [values.get("python", "python"), "-u", values["script"], data, *t.option_argv(OPTIONS, values)]
+    return ["sh", "-c", RANK_ENV_SCRIPT, "rackbench-rank", *location.prefix, *program]
+
+
+def parse_output(text: str) -> list[Metric]:
+    streams = t.rank_lines(text)
+    head = t.header(streams)
+    summary: dict[str, str] = {}
+    epochs: dict[int, dict[str, str]] = {}
+    parameters: dict[str, str] = {}
+    iterations = 0
+    for line in t.all_lines(streams):
+        match = _DLL.search(line)
+        if not match:
+            continue
+        fields = dict(_FIELD.findall(line[match.end() :]))
+        if match.group(1) == "PARAMETER":
+            parameters.update(fields)
+        elif match.group(1) == "Summary:":
+            summary.update(fields)
+        elif "Iteration" in match.group(1):
+            iterations += 1
+        else:
+            epochs.setdefault(int(match.group(2)), {}).update(fields)
+    if not summary and not epochs:
+        if iterations:
+            raise ParseError(f"DLLogger printed {iterations} iterations but no epoch or Summary line (interrupted?)")
+        raise ParseError("no DLLogger output found (no 'DLL ... - Summary:' or 'Epoch:' lines)")
+    out = []
+    for epoch, fields in sorted(epochs.items()):
+        rate = t.to_float(fields.get("train.total_ips", ""))
+        if rate is not None:
+            out.append(t.metric(t.THROUGHPUT, rate, epoch=epoch))
+    total = t.to_float(summary.get("train.total_ips", ""))
+    if total is not None:
+        out.append(t.metric(t.THROUGHPUT, total))
+    compute = t.to_float(summary.get("train.compute_ips", ""))
+    if compute is not None:
+        out.append(t.metric(COMPUTE, compute))
+    world = t.to_float(parameters.get("world_size", "")) or t.header_number(head, "gpus")
+    return out + t.derived(total, int(world) if world else None, t.header_number(head, "record_size_bytes"))
+
+
+@register
+class PytorchResnet(t.TrainingBenchmark):
+    kind = "pytorch_resnet"
+    description = "NVIDIA DeepLearningExamples PyTorch ResNet-50 (main.py) under mpirun: images/s"
+    metrics = (*t.TRAINING_METRICS, COMPUTE)
+    version_argv = ["python", "-c", "import torch; print(torch.__version__)"]
+
+    def validate(self, params: dict[str, Any]) -> None:
+        _values(params)
+
+    def build(self, params: dict[str, Any], host: HostContext) -> HostCommand | None:
+        values = _values(params)
+        if not host.is_primary:
+            return None
+        address = host.hosts[0].address if host.hosts else ""
+        master = {"MASTER_ADDR": address, "MASTER_PORT": str(values.get("master_port", 29500))}
+        return t.launch(self.kind, params, values, host, _rank_argv(values, host), env=master)
+
+    def parse(self, text: str, *, host: str = "") -> list[Metric]:
+        return parse_output(text)
