@@ -129,12 +129,13 @@ REST_FRAMEWORK = {
 _queue_dir = DATA_DIR / "queue"
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("in", "processed"):
+    for sub in ("in", "processed", "control"):
         (_queue_dir / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_queue_dir / "in"),
         "data_folder_out": str(_queue_dir / "in"),
         "processed_folder": str(_queue_dir / "processed"),
+        "control_folder": str(_queue_dir / "control"),  # kombu's default is ./control, wherever we run
         "store_processed": False,
     }
 else:

@@ -49,7 +49,8 @@ def test_it_runs_a_campaign_on_sqlite_and_the_filesystem_queue(tmp_path: Path, l
     assert "succeeded: 4/4 runs done" in result.stdout
     assert "read_bw_bytes" in result.stdout and "randread" in result.stdout
     assert (tmp_path / "var" / "rackbench.sqlite3").exists()
-    assert (tmp_path / "var" / "queue").is_dir()
+    assert (tmp_path / "var" / "queue" / "control").is_dir()
+    assert not (ROOT / "control").exists()  # nothing of the queue lands in the working directory
 
 
 def test_campaign_run_wait_exits_non_zero_when_a_run_fails(tmp_path: Path, lab_dir: Path) -> None:
