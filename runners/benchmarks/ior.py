@@ -46,22 +46,10 @@ from runners.benchmarks.base import (
     ParseError,
     register,
 )
-from runners.launchers.mpi import mpirun_argv, options_from_params
+from runners.launchers.mpi import MPI_PARAMS, mpirun_argv, options_from_params
 
 OPERATIONS = ("write", "read")
 APIS = ("POSIX", "MPIIO")
-MPI_PARAMS = frozenset(
-    {
-        "mpi_slots",
-        "mpi_ssh_port",
-        "mpi_pml",
-        "mpi_btl",
-        "mpi_btl_tcp_if_include",
-        "mpi_map_by",
-        "mpi_bind_to",
-        "mpi_tag_output",
-    }
-)
 FLAGS = {"file_per_proc": "-F", "reorder": "-C", "fsync": "-e", "keep_file": "-k"}
 KNOWN = frozenset(
     {"api", "transfer_size", "block_size", "segments", "iterations", "test_file", "binary", "read", "write", *FLAGS}

@@ -47,7 +47,7 @@ from runners.benchmarks.base import (
     ParseError,
     register,
 )
-from runners.launchers.mpi import mpirun_argv, options_from_params
+from runners.launchers.mpi import MPI_PARAMS, mpirun_argv, options_from_params
 
 OPERATIONS = {
     "Directory creation": "directory_creation",
@@ -71,18 +71,6 @@ PHASE_OPERATIONS = {
     "read": ("file_read", None),
     "remove": ("file_removal", "directory_removal"),
 }
-MPI_PARAMS = frozenset(
-    {
-        "mpi_slots",
-        "mpi_ssh_port",
-        "mpi_pml",
-        "mpi_btl",
-        "mpi_btl_tcp_if_include",
-        "mpi_map_by",
-        "mpi_bind_to",
-        "mpi_tag_output",
-    }
-)
 MAX_COUNT = 10**9
 MAX_BYTES = 1 << 40
 BINARY = re.compile(r"[A-Za-z0-9_.+/-]{1,255}")

@@ -45,7 +45,7 @@ from runners.benchmarks.base import (
     ParseError,
     register,
 )
-from runners.launchers.mpi import mpirun_argv, options_from_params
+from runners.launchers.mpi import MPI_PARAMS, mpirun_argv, options_from_params
 
 BINARIES = (
     "all_reduce_perf",
@@ -79,17 +79,6 @@ DEFAULT_MAX_BYTES = 128 * 1024**2
 DEFAULT_STEP_FACTOR = 2
 MAX_BYTES_LIMIT = 1024**4
 MAX_COUNT = 1_000_000
-# The parameters options_from_params reads (runners/launchers/mpi.py).
-MPI_PARAMS = (
-    "mpi_slots",
-    "mpi_ssh_port",
-    "mpi_pml",
-    "mpi_btl",
-    "mpi_btl_tcp_if_include",
-    "mpi_map_by",
-    "mpi_bind_to",
-    "mpi_tag_output",
-)
 PLACEMENTS = ("out-of-place", "in-place")
 
 METRICS = (

@@ -45,7 +45,7 @@ from runners.benchmarks.base import (
     ParseError,
     register,
 )
-from runners.launchers.mpi import mpirun_argv, options_from_params
+from runners.launchers.mpi import MPI_PARAMS, mpirun_argv, options_from_params
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
 READER = "storage_read.py"
@@ -53,18 +53,6 @@ SPREADER = "round_robin_mpi.py"
 TOOL = "rackbench-storage-read"  # the "tool" field of storage_read.py's JSON lines
 TOKEN = "{data_dir}"  # round_robin_mpi.py's placeholder
 FORMATS = ("file", "tfrecord")
-MPI_PARAMS = frozenset(
-    {
-        "mpi_slots",
-        "mpi_ssh_port",
-        "mpi_pml",
-        "mpi_btl",
-        "mpi_btl_tcp_if_include",
-        "mpi_map_by",
-        "mpi_bind_to",
-        "mpi_tag_output",
-    }
-)
 KNOWN = frozenset(
     {
         "subdir",

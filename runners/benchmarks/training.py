@@ -49,23 +49,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from runners.benchmarks.base import Benchmark, HostCommand, HostContext, Metric, MetricSpec, ParamError
-from runners.launchers.mpi import mpirun_argv, options_from_params, rank_count
+from runners.launchers.mpi import MPI_PARAMS, mpirun_argv, options_from_params, rank_count
 
 HEADER_TAG = "rackbench-training"
 HEADER_SCRIPT = f'printf "{HEADER_TAG}: %s\\n" "$1"; shift; exec "$@"'
 ROUND_ROBIN_WRAPPER = "./round_robin_mpi.py"
 DATA_DIR_TOKEN = "{data_dir}"
 DATA_SOURCES = ("synthetic", "storage")
-MPI_PARAMS = (
-    "mpi_slots",
-    "mpi_ssh_port",
-    "mpi_pml",
-    "mpi_btl",
-    "mpi_btl_tcp_if_include",
-    "mpi_map_by",
-    "mpi_bind_to",
-    "mpi_tag_output",
-)
 MAX_INT = 2**31 - 1
 
 # --- metrics -------------------------------------------------------------------------------------------------

@@ -18,6 +18,19 @@ from typing import Any
 from runners.benchmarks.base import HostInfo, ParamError
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The campaign parameters options_from_params reads: every MPI plug-in accepts them besides its own.
+MPI_PARAMS = frozenset(
+    {
+        "mpi_slots",
+        "mpi_ssh_port",
+        "mpi_pml",
+        "mpi_btl",
+        "mpi_btl_tcp_if_include",
+        "mpi_map_by",
+        "mpi_bind_to",
+        "mpi_tag_output",
+    }
+)
 FORWARDED = ("PATH", "LD_LIBRARY_PATH")  # passed through from the launching shell, as the seeds do
 MCA_VALUE = re.compile(r"^[A-Za-z0-9_.,^/:=+-]+$")
 
