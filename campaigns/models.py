@@ -28,6 +28,11 @@ class Campaign(models.Model):
     fixed = models.JSONField(default=dict, blank=True, help_text="parameters shared by every run")
     env = models.JSONField(default=dict, blank=True, help_text="environment of every command (NCCL_*, ...)")
     mounts = models.JSONField(default=dict, blank=True, help_text="{count, path, options}: storage mounts per node")
+    container = models.JSONField(default=dict, blank=True, help_text="runtime, image, ssh_port, ...: where jobs run")
+    # A fresh key pair per launch, for MPI hops between the campaign's containers; the private key is
+    # encrypted like credentials, written only into a 0700 directory on the nodes while the campaign runs.
+    ssh_private_key_encrypted = models.TextField(blank=True, editable=False)
+    ssh_public_key = models.TextField(blank=True, editable=False)
     # zip / exclude / overrides / derived: see campaigns.planning.expand
     rules = models.JSONField(default=dict, blank=True, help_text="how the matrix expands beyond the cross product")
     nodes = models.ManyToManyField(Node, blank=True, related_name="campaigns")

@@ -79,7 +79,7 @@ def campaign_spec(*, campaign: Campaign) -> dict[str, Any]:
 def campaign_preview(*, campaign: Campaign, max_points: int = 50) -> dict[str, Any]:
     """How many runs the campaign expands to and the exact command of each matrix point on each host."""
     from campaigns.services import campaign_target_nodes
-    from runners.execution import display_command, host_context, host_infos, split_commands
+    from runners.execution import build_commands, display_command, host_context, run_host_infos
 
     benchmark = get_benchmark(campaign.kind)
     nodes = campaign_target_nodes(campaign=campaign)
@@ -88,13 +88,14 @@ def campaign_preview(*, campaign: Campaign, max_points: int = 50) -> dict[str, A
     for index, params in enumerate(planning.expand(campaign.matrix, campaign.fixed, campaign.rules)):
         if index >= max_points:
             break
+        placeholder.params = params  # host_context reads the point's env.NAME parameters from it
         run_nodes = planning.nodes_for(params, nodes)
-        infos = host_infos(run_nodes)
+        infos = run_host_infos(placeholder, run_nodes)
         hosts = []
         for i, node in enumerate(run_nodes):
             root = f"{preview_home(node)}/.rackbench"
             ctx = host_context(placeholder, node_name=node.name, index=i, root=root, hosts=infos, dir_name="run-ID")
-            main, service = split_commands(benchmark.build(planning.benchmark_params(params), ctx))
+            main, service = build_commands(placeholder, benchmark, ctx)
             hosts.append(
                 {
                     "host": node.name,

@@ -13,6 +13,8 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -32,6 +34,7 @@ from campaigns.models import (
     RunStatus,
 )
 from campaigns.spec import SpecError
+from inventory.crypto import encrypt
 from inventory.models import Node, NodeStatus, StorageSystem, Tag
 from runners.benchmarks.base import Metric, ParamError
 from runners.mounts import validate_mounts
@@ -96,6 +99,7 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None) -> Campaign:
         campaign.fixed = spec["fixed"]
         campaign.env = spec["env"]
         campaign.mounts = spec["mounts"]
+        campaign.container = spec["container"]
         campaign.rules = spec["rules"]
         campaign.storage = storage
         campaign.repetitions = spec["repetitions"]
@@ -221,6 +225,8 @@ def campaign_launch(*, campaign: Campaign, user: Any = None) -> Campaign:
         ):
             campaign.refresh_from_db()
             raise CampaignError(f"campaign {campaign.name} is already {campaign.status}", conflict=True)
+        if campaign.container:
+            _campaign_key_pair(campaign)
         planned = planning.plan(
             campaign.matrix,
             campaign.fixed,
@@ -281,6 +287,17 @@ def campaign_advance(*, campaign_id: int) -> str:
     return "started"
 
 
+def _campaign_key_pair(campaign: Campaign) -> None:
+    """A fresh SSH key pair for this launch (never baked into an image, stored only encrypted)."""
+    private = Ed25519PrivateKey.generate()
+    openssh = serialization.PrivateFormat.OpenSSH
+    private_text = private.private_bytes(serialization.Encoding.PEM, openssh, serialization.NoEncryption()).decode()
+    public_text = private.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    campaign.ssh_private_key_encrypted = encrypt(private_text)
+    campaign.ssh_public_key = f"{public_text.decode()} rackbench-campaign-{campaign.pk}"
+    campaign.save(update_fields=["ssh_private_key_encrypted", "ssh_public_key"])
+
+
 def campaign_finish(*, campaign: Campaign) -> bool:
     """running -> succeeded (every run succeeded) or failed; only when no run is left to do."""
     if campaign.runs.exclude(status__in=RUN_TERMINAL).exists():
@@ -289,15 +306,16 @@ def campaign_finish(*, campaign: Campaign) -> bool:
     status = CampaignStatus.FAILED if failed else CampaignStatus.SUCCEEDED
     done = campaign_transition(campaign=campaign, old=CampaignStatus.RUNNING, new=status, finished_at=timezone.now())
     if done:
-        _unmount_after(campaign)
+        _teardown_after(campaign)
     return done
 
 
-def _unmount_after(campaign: Campaign) -> None:
-    from runners.tasks import campaign_unmount_task
+def _teardown_after(campaign: Campaign) -> None:
+    """Containers stopped and storage unmounted once the campaign has ended."""
+    from runners.tasks import campaign_teardown_task
 
-    if campaign.mounts:
-        transaction.on_commit(partial(campaign_unmount_task.delay, campaign.pk))
+    if campaign.mounts or campaign.container:
+        transaction.on_commit(partial(campaign_teardown_task.delay, campaign.pk))
 
 
 def campaign_cancel(*, campaign: Campaign) -> Campaign:
@@ -314,7 +332,7 @@ def campaign_cancel(*, campaign: Campaign) -> Campaign:
         campaign.runs.filter(status=RunStatus.PENDING).update(
             status=RunStatus.CANCELLED, finished_at=now, error="campaign cancelled"
         )
-        _unmount_after(campaign)
+        _teardown_after(campaign)
         active = list(campaign.runs.filter(status__in=RUN_ACTIVE).values_list("pk", flat=True))
         for run_id in active:
             run_finish(run_id=run_id, status=RunStatus.CANCELLED, error="cancelled by the user")

@@ -38,7 +38,7 @@ from runners.benchmarks.base import ParamError, get_benchmark
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 TOP_LEVEL = {
     "name", "description", "kind", "nodes", "node_tags", "storage", "repetitions", "warmup_runs", "cache",
-    "timeout", "fixed", "matrix", "env", "zip", "exclude", "overrides", "derived", "mounts",
+    "timeout", "fixed", "matrix", "env", "zip", "exclude", "overrides", "derived", "mounts", "container",
 }  # fmt: skip
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CACHE_KEYS = {"flush_clients", "flush_storage"}
@@ -157,6 +157,7 @@ def validate(data: dict[str, Any]) -> dict[str, Any]:
         "matrix": matrix,
         "env": _env(data.get("env")),
         "mounts": data.get("mounts") or {},  # checked against the storage system by campaign_apply
+        "container": _container(data.get("container")),
         "rules": rules,
     }
     if not isinstance(spec["storage"], str):
@@ -180,6 +181,25 @@ def _env(value: Any) -> dict[str, str]:
             raise SpecError(f"env.{name}", "must be a single-line value")
         env[name] = str(v).lower() if isinstance(v, bool) else str(v)
     return env
+
+
+def _container(value: Any) -> dict[str, Any]:
+    """The container jobs run in (runners/containers): validated by its runtime, kept as given."""
+    from dataclasses import asdict
+
+    from runners.containers import get_runtime, spec_from_dict
+
+    if not value:
+        return {}
+    if not isinstance(value, dict):
+        raise SpecError("container", "must be a mapping: {runtime: docker, image: ..., ssh_port: 2222}")
+    try:
+        spec = spec_from_dict(value)
+        get_runtime(spec.runtime).validate(spec)
+    except ParamError as exc:
+        field = exc.field if exc.field.startswith("container") else f"container.{exc.field}"
+        raise SpecError(field, exc.message) from None
+    return asdict(spec) if spec.runtime != "bare" else {}
 
 
 def _rules(data: dict[str, Any], matrix: list[list[Any]], fixed: dict[str, Any]) -> dict[str, Any]:

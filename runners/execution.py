@@ -16,6 +16,7 @@ from django.utils import timezone
 from campaigns import services
 from campaigns.models import Run, RunHost, RunStatus
 from campaigns.planning import benchmark_params, run_env
+from inventory.crypto import decrypt
 from runners import remote, ssh
 from runners.benchmarks.base import (
     Benchmark,
@@ -27,6 +28,7 @@ from runners.benchmarks.base import (
     ParseError,
     get_benchmark,
 )
+from runners.containers import ContainerRuntime, ContainerSpec, get_runtime, spec_from_dict
 from runners.launchers.mpi import mpirun_argv, options_from_params
 from runners.mounts import MountPlan, mount_command, plan_mounts, unmount_command
 
@@ -48,6 +50,7 @@ class HostJob(RunTarget):
     context: HostContext
     main: HostCommand | None = None
     service: HostCommand | None = None
+    root: str = ""  # rackbench's directory on the host (run directories, data, container keys)
 
     @property
     def service_dir(self) -> str:
@@ -137,13 +140,117 @@ def host_jobs(run: Run, benchmark: Benchmark) -> list[HostJob]:
     hosts = run_targets(run)
     roots = _fan_out([h.target for h in hosts], remote.remote_root)
     _raise_first(roots)
-    infos = host_infos([h.row.node for h in hosts])
+    infos = run_host_infos(run, [h.row.node for h in hosts])
     jobs = []
     for i, (host, root) in enumerate(zip(hosts, roots, strict=True)):
         context = host_context(run, node_name=host.row.host, index=i, root=root, hosts=infos)
-        main, service = split_commands(benchmark.build(benchmark_params(run.params), context))
-        jobs.append(HostJob(host.row, host.target, context, main, service))
+        main, service = build_commands(run, benchmark, context)
+        jobs.append(HostJob(host.row, host.target, context, main, service, root))
     return jobs
+
+
+def run_host_infos(run: Run, nodes: list[Any]) -> tuple[HostInfo, ...]:
+    """The run's hosts as plug-ins see them; in containers, MPI hops over the containers' sshd."""
+    infos = host_infos(nodes)
+    found = container_of(run)
+    return tuple(replace(i, ssh_port=found[1].ssh_port) for i in infos) if found else infos
+
+
+def build_commands(
+    run: Run, benchmark: Benchmark, context: HostContext
+) -> tuple[HostCommand | None, HostCommand | None]:
+    """A host's (main, service) commands, run inside the campaign's container when it has one."""
+    main, service = split_commands(benchmark.build(benchmark_params(run.params), context))
+    found = container_of(run)
+    if found is None:
+        return main, service
+    runtime, _ = found
+    name = container_name(run.campaign)
+
+    def inside(command: HostCommand | None, workdir: str) -> HostCommand | None:
+        if command is None:
+            return None
+        env = {**context.env, **command.env}
+        return replace(command, argv=runtime.exec_argv(name, command.argv, env=env, workdir=workdir))
+
+    return inside(main, context.run_dir), inside(service, f"{context.run_dir}/{SERVICE_DIR}")
+
+
+def container_of(run: Run) -> tuple[ContainerRuntime, ContainerSpec] | None:
+    if not run.campaign.container:
+        return None
+    spec = spec_from_dict(run.campaign.container)
+    return get_runtime(spec.runtime), spec
+
+
+def container_name(campaign: Any) -> str:
+    return f"rackbench-c{campaign.pk}"
+
+
+def start_containers(run: Run, jobs: list[HostJob]) -> dict[str, Any]:
+    """Start the campaign's container on every host where it is not running yet; returns what ran where.
+
+    The container gets rackbench's directory and the campaign's mounts at the same paths, and the launch's
+    key pair in a 0700 directory (mounted read-only at /rackbench-keys) so MPI can hop between containers.
+    """
+    found = container_of(run)
+    if found is None:
+        return {}
+    runtime, spec = found
+    name = container_name(run.campaign)
+    private_key = decrypt(run.campaign.ssh_private_key_encrypted)
+    # MPI hops between containers accept a first contact only from the campaign's own hosts.
+    addresses = sorted(set(RunHost.objects.filter(run__campaign=run.campaign).values_list("address", flat=True)))
+
+    def start(job: HostJob) -> str:
+        if job.target.run(shlex.join(runtime.running_argv(name))).ok:
+            return "already running"
+        key_dir = f"{job.root}/keys/{name}"
+        job.target.check(
+            shlex.join(["mkdir", "-p", "-m", "700", key_dir]), what="creating the container's key directory"
+        )
+        job.target.put(
+            {
+                f"{key_dir}/authorized_keys": run.campaign.ssh_public_key + "\n",
+                f"{key_dir}/id_ed25519": private_key,
+                f"{key_dir}/hosts": "\n".join(addresses) + "\n",
+            },
+            mode=0o600,
+        )
+        volumes = [*spec.volumes, f"{job.root}:{job.root}", *(f"{m}:{m}" for m in job.context.mounts)]
+        for argv in runtime.start_argv(replace(spec, volumes=volumes), name=name, key_dir=key_dir):
+            job.target.check(shlex.join(argv), what=f"starting the {runtime.name} container")
+        return "started"
+
+    started = _fan_out(jobs, start)
+    _raise_first(started)
+    digest_argv = runtime.digest_argv(spec)
+    digests = _fan_out(jobs, lambda j: j.target.run(shlex.join(digest_argv)).stdout.strip()) if digest_argv else []
+    return {
+        "runtime": runtime.name,
+        "image": spec.image,
+        "name": name,
+        "hosts": {j.row.host: state for j, state in zip(jobs, started, strict=True)},
+        "digests": {j.row.host: d for j, d in zip(jobs, digests, strict=True) if isinstance(d, str)},
+    }
+
+
+def stop_containers(campaign: Any, nodes: list[Any]) -> list[str]:
+    """Stop and remove the campaign's containers and their keys; returns the errors, one per failing node."""
+    if not campaign.container:
+        return []
+    spec = spec_from_dict(campaign.container)
+    runtime = get_runtime(spec.runtime)
+    name = container_name(campaign)
+
+    def stop(target: remote.Target) -> None:
+        for argv in runtime.stop_argv(name):
+            target.run(shlex.join(argv))
+        key_dir = f"{remote.remote_root(target)}/keys/{name}"
+        target.check(shlex.join(["rm", "-rf", key_dir]), what="removing the container's keys")
+
+    results = _fan_out([remote.node_target(n) for n in nodes], stop)
+    return [str(r) for r in results if isinstance(r, BaseException)]
 
 
 def run_dir_name(run: Run) -> str:
@@ -166,6 +273,7 @@ def run_prepare(run: Run) -> list[HostJob]:
         raise ParamError("kind", f"{benchmark.kind} built no command for any host of this run")
     provenance = dict(run.provenance)
     provenance["mounts"] = mount_storage(run, jobs)  # first: the data directories live on the mounts
+    provenance["container"] = start_containers(run, jobs)
     _raise_first(_fan_out(jobs, _prepare_host))
     if benchmark.uses_mpi and len(jobs) > 1:
         _mirror_primary_files(jobs)

@@ -156,8 +156,8 @@ def run_kill_task(self: Task, run_id: int) -> None:
 
 
 @shared_task(bind=True, max_retries=3, soft_time_limit=300, time_limit=360)
-def campaign_unmount_task(self: Task, campaign_id: int) -> None:
-    """Unmount a finished campaign's storage mounts from every node its runs used."""
+def campaign_teardown_task(self: Task, campaign_id: int) -> None:
+    """When a campaign ends: stop its containers and unmount its storage on every node its runs used."""
     from campaigns.models import Campaign
     from inventory.models import Node
 
@@ -165,6 +165,6 @@ def campaign_unmount_task(self: Task, campaign_id: int) -> None:
     if campaign is None:
         return
     nodes = list(Node.objects.filter(run_hosts__run__campaign=campaign).distinct().order_by("name"))
-    errors = execution.unmount_storage(campaign, nodes)
+    errors = execution.stop_containers(campaign, nodes) + execution.unmount_storage(campaign, nodes)
     if errors:
-        log.warning("campaign %s: unmounting failed on some nodes: %s", campaign.name, "; ".join(errors))
+        log.warning("campaign %s: teardown failed on some nodes: %s", campaign.name, "; ".join(errors))

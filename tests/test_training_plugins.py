@@ -397,7 +397,7 @@ def test_it_builds_seed_000s_mpirun_command_on_the_primary_host():
         "--summary_verbosity=1", "--save_summaries_steps=100", "--save_model_secs=600",
         "--variable_update=horovod", "--horovod_device=gpu", "--data_dir={data_dir}",
     ]  # fmt: skip
-    assert command.files == {} and command.env == {}
+    assert set(command.files) == {"round_robin_mpi.py"} and command.env == {}
 
 
 def test_it_runs_nothing_on_the_other_hosts():
@@ -618,3 +618,27 @@ def test_it_gives_each_rank_its_round_robin_data_directory_through_the_real_wrap
     streams = training.rank_lines(done.stdout)
     assert streams[0] == ["--data_dir=/mnt/a/tfrecords"]
     assert streams[1] == ["--data_dir=/mnt/b/tfrecords"]
+
+
+def test_the_round_robin_wrapper_travels_with_the_run() -> None:
+    from runners.benchmarks.base import HostContext, HostInfo, get_benchmark
+
+    host = HostContext(
+        node="n1",
+        index=0,
+        run_dir="/r",
+        data_dir="/d",
+        hosts=(HostInfo("n1", "10.0.0.1", 8),),
+        mounts=("/mnt/a/0", "/mnt/a/1"),
+    )
+    params = {
+        "script": "/opt/tf_cnn_benchmarks.py",
+        "data_source": "storage",
+        "data_dirs_round_robin": True,
+        "data_subdir": "imagenet",
+    }
+
+    command = get_benchmark("tf_cnn_benchmarks").build(params, host)
+
+    assert "./round_robin_mpi.py" in command.argv
+    assert "execvp" in command.files["round_robin_mpi.py"]

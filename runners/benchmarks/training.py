@@ -20,7 +20,7 @@ Output without the header (a log imported from elsewhere) still parses; the deri
 Round-robin data directories (``data_dirs_round_robin: true``)
 --------------------------------------------------------------
 Seed 000 spreads the ranks over 16 NFS mount points with a ``round_robin_mpi.py`` wrapper. rackbench's wrapper
-(``runners/tools/round_robin_mpi.py``, owned elsewhere) is expected as ``./round_robin_mpi.py`` in the run directory
+(``runners/tools/round_robin_mpi.py``) is shipped as ``./round_robin_mpi.py`` in the run directory
 and is started per rank as::
 
     python3 ./round_robin_mpi.py --dirs DIR1 DIR2 ... -- PROGRAM ARG ...
@@ -46,6 +46,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from runners.benchmarks.base import Benchmark, HostCommand, HostContext, Metric, MetricSpec, ParamError
@@ -54,6 +55,7 @@ from runners.launchers.mpi import MPI_PARAMS, mpirun_argv, options_from_params, 
 HEADER_TAG = "rackbench-training"
 HEADER_SCRIPT = f'printf "{HEADER_TAG}: %s\\n" "$1"; shift; exec "$@"'
 ROUND_ROBIN_WRAPPER = "./round_robin_mpi.py"
+WRAPPER_SOURCE = Path(__file__).resolve().parent.parent / "tools" / "round_robin_mpi.py"
 DATA_DIR_TOKEN = "{data_dir}"
 DATA_SOURCES = ("synthetic", "storage")
 MAX_INT = 2**31 - 1
@@ -299,7 +301,10 @@ def launch(
     if "record_size_bytes" in values:
         header["record_size_bytes"] = values["record_size_bytes"]
     mpirun = mpirun_argv(host.hosts, rank_argv, options)
-    return HostCommand(argv=["sh", "-c", HEADER_SCRIPT, HEADER_TAG, json.dumps(header, sort_keys=True), *mpirun])
+    # The rank wrapper travels with the run (the runner mirrors the primary's files to every host).
+    files = {"round_robin_mpi.py": WRAPPER_SOURCE.read_text()} if ROUND_ROBIN_WRAPPER in rank_argv else {}
+    argv = ["sh", "-c", HEADER_SCRIPT, HEADER_TAG, json.dumps(header, sort_keys=True), *mpirun]
+    return HostCommand(argv=argv, files=files)
 
 
 def ranks_of(params: dict[str, Any], host: HostContext) -> int:
