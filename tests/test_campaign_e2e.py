@@ -193,3 +193,21 @@ def test_it_passes_parameter_values_with_shell_metacharacters_literally(lab: dic
         assert sorted(p.name for p in directory.iterdir()) == ["rackbench.0.0"]
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_fio_client_mode_drives_every_nodes_fio_server_from_one_node(lab: dict[str, Any], worker: Any) -> None:
+    fixed = {"bs": "64k", "size": "4M", "client_mode": True, "client_port": 8865}
+    data = fio_campaign("fio-clients", ["lab1", "lab2"], fixed=fixed)
+    campaign = services.campaign_launch(campaign=services.campaign_apply(data=data))
+
+    assert finished(campaign).status == CampaignStatus.SUCCEEDED, campaign.runs.get().error
+    run = campaign.runs.get()
+    lab1, lab2 = run.hosts.get(host="lab1"), run.hosts.get(host="lab2")
+    assert "--client=ip:127.0.1.1,8865" in lab1.command and "job-lab2.fio" in lab1.command
+    assert "--server=ip:" in lab1.service_command and "--server=ip:" in lab2.service_command
+    assert not lab2.command  # lab2 only serves
+    per_host = {r.host: r.value for r in run.results.filter(name="read_bw_bytes", labels={})}
+    assert set(per_host) == {"lab1", "lab2", ""} and per_host["lab1"] > 0 and per_host["lab2"] > 0
+    # fio's own "All clients" figure: all bytes over the longest client's runtime, so at most the sum of the two
+    assert max(per_host["lab1"], per_host["lab2"]) <= per_host[""] <= (per_host["lab1"] + per_host["lab2"]) * 1.01
+    assert set(run.provenance["services"]) == {"lab1", "lab2"}

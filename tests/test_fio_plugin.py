@@ -429,3 +429,35 @@ def test_it_spreads_its_files_over_the_campaign_mount_points(fio):
     job_file = command.files["job.fio"]
     assert "directory=/mnt/a/0/n1:/mnt/a/1/n1" in job_file
     assert "kb_base=1000" in job_file and "create_serialize=0" in job_file
+
+
+def test_client_mode_serves_on_every_host_and_drives_them_all_from_the_primary(fio):
+    from runners.benchmarks.base import HostInfo
+
+    hosts = (HostInfo("n1", "10.0.0.1"), HostInfo("n2", "10.0.0.2"))
+    params = {"rw": "read", "bs": "1M", "client_mode": True}
+    primary = HostContext(node="n1", index=0, run_dir="/r", data_dir="/scratch/n1", hosts=hosts)
+    other = HostContext(node="n2", index=1, run_dir="/r", data_dir="/scratch/n2", hosts=hosts)
+
+    main, service = fio.build(params, primary)
+    (only,) = fio.build(params, other)
+
+    assert service.service and service.argv == ["fio", "--server=ip:10.0.0.1,8765"]
+    assert only.service and only.argv == ["fio", "--server=ip:10.0.0.2,8765"]
+    assert main.argv[-4:] == ["--client=ip:10.0.0.1,8765", "job-n1.fio", "--client=ip:10.0.0.2,8765", "job-n2.fio"]
+    assert "directory=/scratch/n2" in main.files["job-n2.fio"]
+
+
+def test_client_mode_names_metrics_after_the_nodes(fio):
+    text = (FIXTURES / "fio-3.33-client-2servers.txt").read_text()
+    header = 'rackbench-fio-clients: {"localhost": "n1", "127.0.0.1:8766": "n2"}\n'
+
+    hosts = {m.host for m in fio.parse(header + text)}
+
+    assert hosts == {"n1", "n2", ""}
+
+
+@pytest.mark.parametrize("params", [{"client_mode": "yes"}, {"client_mode": True, "client_port": 80}])
+def test_client_mode_options_are_checked(fio, params):
+    with pytest.raises(ParamError):
+        fio.validate({"rw": "read", **params})

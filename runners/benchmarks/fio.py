@@ -477,6 +477,78 @@ def _entries(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
     return entries
 
 
+# --- client/server mode -------------------------------------------------------------------------------------
+# ``client_mode: true``: every host runs ``fio --server`` (a service of the run), and the primary host runs one
+# ``fio --client`` for all of them, each server with its own job file (its own data directory). fio names each
+# client by the address it was given, so the primary's command first prints which node each address is.
+CLIENT_HEADER = "rackbench-fio-clients:"
+_CLIENT_HEADER_SCRIPT = 'printf "%s %s\\n" "$1" "$2"; shift 2; exec "$@"'
+_READY_SCRIPT = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), 2).close()"
+
+
+def _client_options(params: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+    """The fio job options, and the fio server port when the run uses client/server mode."""
+    fio_params = {k: v for k, v in params.items() if k not in ("client_mode", "client_port")}
+    mode = params.get("client_mode", False)
+    if not isinstance(mode, bool) and mode not in (0, 1):
+        raise ParamError("client_mode", "must be true or false")
+    port = params.get("client_port", FIO_DEFAULT_PORT)
+    if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535:
+        raise ParamError("client_port", "must be a port from 1024 to 65535")
+    return fio_params, (port if mode else None)
+
+
+def _data_dirs(host: HostContext, node: str) -> list[str]:
+    """A node's data directories: one per campaign mount point (seed 000's directory=a:b:...), else its data_dir.
+
+    Every node's data_dir is the same base followed by its name, so the primary can name the other nodes' too.
+    """
+    if host.mounts:
+        return [f"{mount}/{node}" for mount in host.mounts]
+    base = host.data_dir[: -len(host.node)] if host.data_dir.endswith(host.node) else host.data_dir.rstrip("/") + "/"
+    return [base + node]
+
+
+def _client_mode(params: dict[str, Any], host: HostContext, port: int) -> list[HostCommand]:
+    me = host.hosts[host.index] if host.hosts else None
+    if me is None:
+        raise ParamError("client_mode", "needs the run's host list")
+    service = HostCommand(
+        argv=["fio", f"--server=ip:{me.address},{port}"],
+        service=True,
+        ready_argv=["python3", "-c", _READY_SCRIPT, me.address, str(port)],
+    )
+    if not host.is_primary:
+        return [service]
+    files: dict[str, str] = {}
+    clients: list[str] = []
+    names: dict[str, str] = {}
+    for other in host.hosts:
+        job_file = f"job-{other.name}.fio"
+        files[job_file] = _job_file(_job(params, data_dirs=_data_dirs(host, other.name)))
+        clients += [f"--client=ip:{other.address},{port}", job_file]
+        names[other.address if port == FIO_DEFAULT_PORT else f"{other.address}:{port}"] = other.name
+    argv = ["sh", "-c", _CLIENT_HEADER_SCRIPT, "sh", CLIENT_HEADER, json.dumps(names, sort_keys=True)]
+    argv += ["fio", "--eta=never", "--output-format=json", *clients]
+    return [HostCommand(argv=argv, files=files), service]
+
+
+def _client_names(text: str) -> dict[str, str]:
+    match = re.search(rf"^{re.escape(CLIENT_HEADER)} (\{{.*\}})\s*$", text, re.MULTILINE)
+    if not match:
+        return {}
+    try:
+        names = json.loads(match.group(1))
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in names.items()} if isinstance(names, dict) else {}
+
+
+def _rename_clients(metrics: list[Metric], names: dict[str, str]) -> list[Metric]:
+    """Client addresses back to node names (metrics of output made by hand keep the addresses)."""
+    return [Metric(m.name, m.value, m.unit, names.get(m.host, m.host), m.labels) if m.host else m for m in metrics]
+
+
 @register
 class Fio(Benchmark):
     kind = "fio"
@@ -488,12 +560,14 @@ class Fio(Benchmark):
     version_argv = ["fio", "--version"]
 
     def validate(self, params: dict[str, Any]) -> None:
-        _job(params, data_dirs=["/"])
+        fio_params, _ = _client_options(params)
+        _job(fio_params, data_dirs=["/"])
 
-    def build(self, params: dict[str, Any], host: HostContext) -> HostCommand:
-        # With campaign mounts, fio spreads its files over every mount point (seed 000's directory=a:b:...)
-        dirs = [f"{mount}/{host.node}" for mount in host.mounts] or [host.data_dir]
-        job = _job(params, data_dirs=dirs)
+    def build(self, params: dict[str, Any], host: HostContext) -> HostCommand | list[HostCommand]:
+        fio_params, client_port = _client_options(params)
+        if client_port:
+            return _client_mode(fio_params, host, client_port)
+        job = _job(fio_params, data_dirs=_data_dirs(host, host.node))
         return HostCommand(
             argv=["fio", "--eta=never", "--output-format=json", JOB_FILE],
             files={JOB_FILE: _job_file(job)},
@@ -503,7 +577,7 @@ class Fio(Benchmark):
         """Per-job and per-host metrics for fio's normal JSON output; for --client output, see _client_metrics."""
         doc = _document(text)
         if "client_stats" in doc:
-            return _client_metrics(_entries(doc, "client_stats"))
+            return _rename_clients(_client_metrics(_entries(doc, "client_stats")), _client_names(text))
         return _host_metrics(_entries(doc, "jobs"), host)
 
     def aggregate(self, per_host: list[Metric]) -> list[Metric]:
