@@ -185,6 +185,13 @@ def celery_worker_process(django_db_setup: None, django_db_blocker: Any) -> Iter
     worker = Worker("main", env)
     yield worker
     worker.stop()
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        # Worker processes (this one and the ones tests kill) may leave sessions behind for a moment:
+        # close them, or the test database cannot be dropped.
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
 
 
 @pytest.fixture
