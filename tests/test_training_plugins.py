@@ -642,3 +642,23 @@ def test_the_round_robin_wrapper_travels_with_the_run() -> None:
 
     assert "./round_robin_mpi.py" in command.argv
     assert "execvp" in command.files["round_robin_mpi.py"]
+
+
+def test_a_training_run_can_check_the_nccl_transport_like_seed_000() -> None:
+    from pathlib import Path
+
+    from runners.benchmarks.base import HostContext, HostInfo, get_benchmark
+
+    nccl = Path(__file__).parent / "fixtures" / "nccl"
+    tf = get_benchmark("tf_cnn_benchmarks")
+    params = {"script": "/opt/tf_cnn_benchmarks.py", "expect_transport": "NET/IB/GDRDMA"}
+    hosts = (HostInfo("a", "10.0.0.1", 8), HostInfo("b", "10.0.0.2", 8))
+    tf.validate(params)
+
+    command = tf.build(params, HostContext(node="a", index=0, run_dir="/r", data_dir="/d", hosts=hosts))
+
+    assert "NCCL_DEBUG=INFO" in command.argv
+    socket_log = {"a": (nccl / "issue-nccl-tests-166-socket-and-shm.txt").read_text()}
+    gdrdma_log = {"a": (nccl / "issue-nccl-1357-ibext-gdrdma-p2p-cumem.txt").read_text()}
+    assert any("NET/Socket" in p for p in tf.check(params, [], socket_log))
+    assert not [p for p in tf.check(params, [], gdrdma_log) if "NET/" in p]

@@ -319,6 +319,17 @@ def config(params: dict[str, Any]) -> Config:
     )
 
 
+def transport_problem(expect: Any, logs: dict[str, str]) -> str:
+    """For other MPI jobs that use NCCL (training): what is wrong with the transport in their logs, or ""."""
+    lines = [line for text in logs.values() for line, _ in _logical_lines(text)]
+    return _transport_problem(parse_transport_expectation(expect), transports(lines))
+
+
+def transport_env(expect: Any, env: dict[str, str]) -> dict[str, str]:
+    """The environment that makes NCCL log its transports (NCCL_DEBUG=INFO), refused when the campaign hides them."""
+    return _debug_env(parse_transport_expectation(expect) if expect else None, env)
+
+
 def _debug_env(expected: Transport | None, env: dict[str, str]) -> dict[str, str]:
     """The campaign's environment, plus NCCL_DEBUG=INFO when the transport is to be checked: NCCL names the
     transport of each connection only at that level, on stdout."""

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from runners.benchmarks.base import Benchmark, HostCommand, HostContext, Metric, MetricSpec, ParamError
+from runners.benchmarks.nccl import transport_env, transport_problem
 from runners.launchers.mpi import MPI_PARAMS, mpirun_argv, options_from_params, rank_count
 
 HEADER_TAG = "rackbench-training"
@@ -224,6 +225,9 @@ def checked(params: dict[str, Any], checks: dict[str, Check], required: Sequence
             raise ParamError(str(key), "parameter names must be strings")
         if key in MPI_PARAMS:
             continue
+        if key == "expect_transport":  # NCCL's transport, checked in the training log as seed 000 does
+            transport_env(value, {})
+            continue
         check = checks.get(key)
         if check is None:
             known = ", ".join(sorted([*checks, *MPI_PARAMS]))
@@ -295,7 +299,8 @@ def launch(
     env: dict[str, str] | None = None,
 ) -> HostCommand:
     """The primary host's command: the header line, then mpirun starting ``rank_argv`` once per slot."""
-    options = options_from_params(params, {**host.env, **(env or {})})
+    run_env = {**host.env, **(env or {})}
+    options = options_from_params(params, transport_env(params.get("expect_transport"), run_env))
     ranks = rank_count(host.hosts, options.slots)
     header: dict[str, Any] = {"kind": kind, "ranks": ranks, "gpus": ranks * gpus_per_rank}
     if "record_size_bytes" in values:
@@ -419,4 +424,8 @@ class TrainingBenchmark(Benchmark):
             problems.append("images_per_sec_per_gpu could not be derived: the output does not tell the GPU count")
         if "images_per_sec" in found and params.get("record_size_bytes") and "storage_mb_per_sec" not in found:
             problems.append("storage_mb_per_sec could not be derived: the output lacks rackbench's launch header")
+        if params.get("expect_transport"):
+            problem = transport_problem(params["expect_transport"], logs)
+            if problem:
+                problems.append(problem)
         return problems
