@@ -104,11 +104,13 @@ def run_poll_task(self: Task, run_id: int, token: str) -> None:
         _retry_or_fail(self, run_id, exc, kill=True)
         return
     if outcome.vanished:
-        services.run_mark_failed(
+        failed = services.run_mark_failed(
             run_id=run_id,
             error=f"the benchmark process disappeared without an exit code on {', '.join(outcome.vanished)} "
             "(killed outside rackbench, or the host rebooted)",
         )
+        if failed:
+            run_kill_task.delay(run_id)  # the other hosts' commands and the services
         return
     if outcome.finished:
         if services.run_transition(run_id=run_id, old=[RunStatus.RUNNING], new=RunStatus.COLLECTING):
@@ -133,7 +135,7 @@ def run_collect_task(self: Task, run_id: int) -> None:
     try:
         status, error = execution.run_collect(run)
     except Exception as exc:
-        _retry_or_fail(self, run_id, exc)
+        _retry_or_fail(self, run_id, exc, kill=True)  # services may still run
         return
     services.run_finish(run_id=run_id, status=status, error=error)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -211,3 +212,18 @@ def test_fio_client_mode_drives_every_nodes_fio_server_from_one_node(lab: dict[s
     # fio's own "All clients" figure: all bytes over the longest client's runtime, so at most the sum of the two
     assert max(per_host["lab1"], per_host["lab2"]) <= per_host[""] <= (per_host["lab1"] + per_host["lab2"]) * 1.01
     assert set(run.provenance["services"]) == {"lab1", "lab2"}
+
+
+def test_a_benchmark_killed_from_outside_fails_its_run_with_the_reason(lab: dict[str, Any], worker: Any) -> None:
+    fixed = {"bs": "4k", "size": "8M", "runtime": 60, "time_based": 1}
+    campaign = services.campaign_launch(
+        campaign=services.campaign_apply(data=fio_campaign("vanish", ["lab1"], fixed=fixed))
+    )
+    run = campaign.runs.get()
+    pid = wait_for(lambda: run.hosts.exclude(pid=None).values_list("pid", flat=True).first(), what="the remote pid")
+
+    os.killpg(pid, signal.SIGKILL)  # as an OOM killer or a reboot would: no exit code is ever written
+
+    assert finished(campaign, timeout=60).status == CampaignStatus.FAILED
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and "disappeared without an exit code on lab1" in run.error
