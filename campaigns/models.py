@@ -29,6 +29,9 @@ class Campaign(models.Model):
     env = models.JSONField(default=dict, blank=True, help_text="environment of every command (NCCL_*, ...)")
     mounts = models.JSONField(default=dict, blank=True, help_text="{count, path, options}: storage mounts per node")
     container = models.JSONField(default=dict, blank=True, help_text="runtime, image, ssh_port, ...: where jobs run")
+    launcher = models.JSONField(
+        default=dict, blank=True, help_text="{kind: slurm, login_node, partition, ...}; empty: started detached"
+    )
     # A fresh key pair per launch, for MPI hops between the campaign's containers; the private key is
     # encrypted like credentials, written only into a 0700 directory on the nodes while the campaign runs.
     ssh_private_key_encrypted = models.TextField(blank=True, editable=False)
@@ -127,6 +130,8 @@ class RunHost(models.Model):
     service_command = models.TextField(blank=True, help_text="a server started before the main commands")
     remote_dir = models.CharField(max_length=500)
     pid = models.IntegerField(null=True, blank=True)
+    # Under a Slurm launcher, the primary host's main command is this Slurm job (submitted on the login node).
+    slurm_job_id = models.CharField(max_length=50, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     stdout = models.TextField(blank=True)
     stderr = models.TextField(blank=True)

@@ -70,6 +70,10 @@ def campaign_spec(*, campaign: Campaign) -> dict[str, Any]:
         data["env"] = dict(campaign.env)
     if campaign.mounts:
         data["mounts"] = dict(campaign.mounts)
+    if campaign.container:
+        data["container"] = dict(campaign.container)
+    if campaign.launcher:
+        data["launcher"] = dict(campaign.launcher)
     for key in ("zip", "exclude", "overrides", "derived"):
         if campaign.rules.get(key):
             data[key] = campaign.rules[key]

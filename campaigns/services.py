@@ -82,6 +82,9 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None) -> Campaign:
             spec["mounts"] = validate_mounts(spec["mounts"], storage)
         except ParamError as exc:
             raise SpecError(exc.field, exc.message) from None
+    login_node = spec["launcher"].get("login_node")
+    if login_node and not Node.objects.filter(name=login_node).exists():
+        raise SpecError("launcher.login_node", f"no node named {login_node!r} in the inventory")
     if spec["flush_storage"] and storage is None:
         raise SpecError("cache.flush_storage", "is true but the campaign names no storage system")
     with transaction.atomic():
@@ -100,6 +103,7 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None) -> Campaign:
         campaign.env = spec["env"]
         campaign.mounts = spec["mounts"]
         campaign.container = spec["container"]
+        campaign.launcher = spec["launcher"]
         campaign.rules = spec["rules"]
         campaign.storage = storage
         campaign.repetitions = spec["repetitions"]

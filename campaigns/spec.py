@@ -16,6 +16,9 @@ Format (see examples/campaigns/ and the README)::
     env: {NCCL_DEBUG: INFO}           # environment of every command (MPI passes it with -x)
     mounts: {count: 16, path: /mnt/isilon, options: "rsize=524288,nolock"}  # per node, round-robin over
                                       # the storage's data addresses; mounted before runs, unmounted at the end
+    launcher: {kind: slurm, login_node: login1, partition: gpu, time: "01:00:00", extra: ["--gres=gpu:8"]}
+                                      # submit each run's main command with sbatch on a login node (see the
+                                      # README's Slurm section); absent or {kind: direct}: started over SSH
     matrix:                           # full cross product, in this order
       rw: [read, randread]
       numjobs: [1, 4, 16]
@@ -39,6 +42,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 TOP_LEVEL = {
     "name", "description", "kind", "nodes", "node_tags", "storage", "repetitions", "warmup_runs", "cache",
     "timeout", "fixed", "matrix", "env", "zip", "exclude", "overrides", "derived", "mounts", "container",
+    "launcher",
 }  # fmt: skip
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CACHE_KEYS = {"flush_clients", "flush_storage"}
@@ -158,6 +162,7 @@ def validate(data: dict[str, Any]) -> dict[str, Any]:
         "env": _env(data.get("env")),
         "mounts": data.get("mounts") or {},  # checked against the storage system by campaign_apply
         "container": _container(data.get("container")),
+        "launcher": _launcher(data.get("launcher")),  # its login node is checked by campaign_apply
         "rules": rules,
     }
     if not isinstance(spec["storage"], str):
@@ -200,6 +205,16 @@ def _container(value: Any) -> dict[str, Any]:
         field = exc.field if exc.field.startswith("container") else f"container.{exc.field}"
         raise SpecError(field, exc.message) from None
     return asdict(spec) if spec.runtime != "bare" else {}
+
+
+def _launcher(value: Any) -> dict[str, Any]:
+    """How runs start (runners/launchers/slurm.py): {} for the direct launch over SSH."""
+    from runners.launchers.slurm import validate_launcher
+
+    try:
+        return validate_launcher(value)
+    except ParamError as exc:
+        raise SpecError(exc.field, exc.message) from None
 
 
 def _rules(data: dict[str, Any], matrix: list[list[Any]], fixed: dict[str, Any]) -> dict[str, Any]:

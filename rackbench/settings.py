@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "inventory",
     "campaigns",
     "runners",
+    "telemetry",
     "api",
 ]
 

@@ -1,5 +1,8 @@
 """What a run does on its hosts: flush caches, write its files, start it detached, poll, collect, kill.
 
+Under a Slurm launcher (runners/launchers/slurm.py) the primary's main command is submitted with sbatch on the
+campaign's login node instead of started detached, and polled, collected and cancelled there.
+
 Called by the tasks in runners.tasks; every state change goes through campaigns.services.
 """
 
@@ -17,6 +20,7 @@ from campaigns import services
 from campaigns.models import Run, RunHost, RunStatus
 from campaigns.planning import benchmark_params, run_env
 from inventory.crypto import decrypt
+from inventory.models import Node
 from runners import remote, ssh
 from runners.benchmarks.base import (
     Benchmark,
@@ -29,6 +33,7 @@ from runners.benchmarks.base import (
     get_benchmark,
 )
 from runners.containers import ContainerRuntime, ContainerSpec, get_runtime, spec_from_dict
+from runners.launchers import slurm
 from runners.launchers.mpi import mpirun_argv, options_from_params
 from runners.mounts import MountPlan, mount_command, plan_mounts, unmount_command
 
@@ -51,6 +56,7 @@ class HostJob(RunTarget):
     main: HostCommand | None = None
     service: HostCommand | None = None
     root: str = ""  # rackbench's directory on the host (run directories, data, container keys)
+    login: remote.Target | None = None  # on the primary under Slurm: the login node its main is submitted on
 
     @property
     def service_dir(self) -> str:
@@ -150,8 +156,14 @@ def host_jobs(run: Run, benchmark: Benchmark) -> list[HostJob]:
 
 
 def run_host_infos(run: Run, nodes: list[Any]) -> tuple[HostInfo, ...]:
-    """The run's hosts as plug-ins see them; in containers, MPI hops over the containers' sshd."""
+    """The run's hosts as plug-ins see them; in containers, MPI hops over the containers' sshd.
+
+    Under Slurm a host's address is its Slurm node name: inside an allocation, Open MPI checks ``--host``
+    against the allocation's node names and starts its daemons with srun, not over SSH.
+    """
     infos = host_infos(nodes)
+    if slurm.is_slurm(run.campaign.launcher):
+        infos = tuple(replace(i, address=i.name) for i in infos)
     found = container_of(run)
     return tuple(replace(i, ssh_port=found[1].ssh_port) for i in infos) if found else infos
 
@@ -253,6 +265,22 @@ def stop_containers(campaign: Any, nodes: list[Any]) -> list[str]:
     return [str(r) for r in results if isinstance(r, BaseException)]
 
 
+def slurm_options(run: Run) -> slurm.SlurmOptions | None:
+    launcher = run.campaign.launcher
+    return slurm.options_from_launcher(launcher) if slurm.is_slurm(launcher) else None
+
+
+def slurm_login(run: Run) -> remote.Target | None:
+    """The SSH target of the campaign's Slurm login node; None when runs start detached."""
+    options = slurm_options(run)
+    if options is None:
+        return None
+    node = Node.objects.select_related("credential").filter(name=options.login_node).first()
+    if node is None:
+        raise ssh.PermanentSSHError(None, f"the Slurm login node {options.login_node} is no longer in the inventory")
+    return remote.node_target(node)
+
+
 def run_dir_name(run: Run) -> str:
     return f"run-{run.pk}-{run.uid.hex[:12]}"
 
@@ -271,13 +299,19 @@ def run_prepare(run: Run) -> list[HostJob]:
     jobs = host_jobs(run, benchmark)
     if not any(job.main for job in jobs):
         raise ParamError("kind", f"{benchmark.kind} built no command for any host of this run")
+    options = slurm_options(run)
+    if options:
+        _check_slurm_jobs(benchmark, jobs)  # before anything is mounted, started or written
     provenance = dict(run.provenance)
     provenance["mounts"] = mount_storage(run, jobs)  # first: the data directories live on the mounts
     provenance["container"] = start_containers(run, jobs)
     _raise_first(_fan_out(jobs, _prepare_host))
     if benchmark.uses_mpi and len(jobs) > 1:
         _mirror_primary_files(jobs)
-        mpi_reachability(run, jobs)
+        if not options:  # in a Slurm allocation mpirun reaches its hosts through Slurm, not over SSH
+            mpi_reachability(run, jobs)
+    if options:
+        provenance["slurm"] = _prepare_slurm(run, jobs[0], options)
     provenance["hosts"] = dict(
         zip([j.row.host for j in jobs], _fan_out(jobs, lambda j: _host_info(benchmark, j)), strict=True)
     )
@@ -287,16 +321,23 @@ def run_prepare(run: Run) -> list[HostJob]:
     return jobs
 
 
+def _main_env(job: HostJob) -> dict[str, str]:
+    return {**job.context.env, **(job.main.env if job.main else {})}  # the campaign's, then the plug-in's
+
+
+def _main_files(job: HostJob) -> dict[str, str]:
+    """The main command's files and its command.sh (empty when the host runs no main command)."""
+    if job.main is None:
+        return {}
+    return {**job.main.files, "command.sh": remote.command_script(job.main.argv, _main_env(job))}
+
+
 def _prepare_host(job: HostJob) -> None:
     run_dir = job.context.run_dir
     data_dirs = [job.context.data_dir] + [f"{mount}/{job.context.node}" for mount in job.context.mounts]
     dirs = data_dirs + ([job.service_dir] if job.service else [])
-    files = {}
-    env = {**job.context.env, **(job.main.env if job.main else {})}  # the campaign's, then the plug-in's
-    if job.main:
-        files = dict(job.main.files)
-        files["command.sh"] = remote.command_script(job.main.argv, env)
-    remote.job_prepare(job.target, run_dir, extra_dirs=dirs, files=files)
+    env = _main_env(job)
+    remote.job_prepare(job.target, run_dir, extra_dirs=dirs, files=_main_files(job))
     if job.service:
         service_files = dict(job.service.files)
         service_files["command.sh"] = remote.command_script(job.service.argv, job.service.env)
@@ -306,6 +347,54 @@ def _prepare_host(job: HostJob) -> None:
         service_command=display_command(job.service_dir, job.service.argv, job.service.env) if job.service else "",
         remote_dir=run_dir,
     )
+
+
+def _check_slurm_jobs(benchmark: Benchmark, jobs: list[HostJob]) -> None:
+    """Under Slurm only the primary's main command is submitted: refuse what this version cannot run."""
+    if any(j.service for j in jobs):
+        raise ParamError(
+            "launcher",
+            f"{benchmark.kind} starts a service on the hosts of this run (a server the main command talks to); "
+            "services are not supported under Slurm yet: use launcher: {kind: direct} for this campaign",
+        )
+    others = [j.row.host for j in jobs[1:] if j.main]
+    if others or jobs[0].main is None:
+        raise ParamError(
+            "launcher",
+            f"under Slurm only the first host's command is submitted, but {benchmark.kind} runs a command on "
+            f"{', '.join([j.row.host for j in jobs if j.main])}: run it on one node, with an MPI benchmark, "
+            "or with launcher: {kind: direct}",
+        )
+
+
+def _prepare_slurm(run: Run, primary: HostJob, options: slurm.SlurmOptions) -> dict[str, Any]:
+    """Write the primary's command and the batch script into its run directory on the login node."""
+    hosts = primary.context.hosts
+    mpi_slots = options_from_params(benchmark_params(run.params), {}).slots
+    counts = sorted({mpi_slots or h.slots for h in hosts})
+    if len(counts) > 1:
+        raise ParamError(
+            "mpi_slots",
+            f"the run's nodes have different slot (GPU) counts {counts}; Slurm's --ntasks-per-node needs one: "
+            "set mpi_slots",
+        )
+    run_dir = primary.context.run_dir
+    script = slurm.batch_script(
+        job_name=f"rackbench-{run.pk}",
+        nodes=[h.name for h in hosts],
+        tasks_per_node=counts[0],
+        run_dir=run_dir,
+        options=options,
+    )
+    login = slurm_login(run)
+    assert login is not None
+    remote.job_prepare(login, run_dir, extra_dirs=[], files={**_main_files(primary), slurm.SCRIPT: script})
+    primary.login = login
+    return {
+        "login_node": options.login_node,
+        "script": script,
+        "submit": f"cd {shlex.quote(run_dir)} && {shlex.join(slurm.sbatch_argv(slurm.SCRIPT))}",
+    }
 
 
 def _mirror_primary_files(jobs: list[HostJob]) -> None:
@@ -446,6 +535,11 @@ def run_submit(jobs: list[HostJob]) -> None:
 
     If any host refuses, everything already started is stopped again.
     """
+    primary = jobs[0] if jobs else None
+    if primary is not None and primary.login is not None:  # Slurm: no services, one main (run_prepare checked)
+        job_id = slurm.submit(primary.login, primary.context.run_dir)
+        RunHost.objects.filter(pk=primary.row.pk).update(slurm_job_id=job_id)
+        return
     services = [j for j in jobs if j.service]
     mains = [j for j in jobs if j.main]
     try:
@@ -486,6 +580,11 @@ class PollOutcome:
 
 
 def run_poll(run: Run) -> PollOutcome:
+    login = slurm_login(run)
+    if login is not None:
+        host, job_id = _slurm_job(run, login)
+        state = slurm.job_state(login, job_id, host.row.remote_dir)
+        return PollOutcome(finished=state.finished, vanished=[])
     hosts = main_targets(run)
     states = _fan_out(hosts, lambda h: remote.job_state(h.target, h.row.remote_dir))
     _raise_first(states)
@@ -496,34 +595,90 @@ def run_poll(run: Run) -> PollOutcome:
     return PollOutcome(finished=all(s.finished for s in states), vanished=vanished)
 
 
+@dataclass
+class HostOutcome:
+    """How one host's main command ended: its output, its exit code, and for a Slurm job, Slurm's word."""
+
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    slurm_state: slurm.SlurmState | None = None
+
+
+def _slurm_job(run: Run, login: remote.Target) -> tuple[RunTarget, str]:
+    """The host whose main command is the run's Slurm job, and the job's id (from the database, else from
+    the run directory: a worker may have died between sbatch and recording its answer)."""
+    hosts = main_targets(run)
+    if not hosts:
+        raise ssh.PermanentSSHError(login.endpoint, "the run has no main command, so no Slurm job to follow")
+    host = hosts[0]
+    job_id = host.row.slurm_job_id or slurm.recorded_job_id(login, host.row.remote_dir)
+    if not job_id:
+        raise ssh.PermanentSSHError(
+            login.endpoint, f"the run's Slurm job id is not recorded (look for the job rackbench-{run.pk} in squeue)"
+        )
+    if not host.row.slurm_job_id:
+        RunHost.objects.filter(pk=host.row.pk).update(slurm_job_id=job_id)
+    return host, job_id
+
+
+def _host_outcome(host: RunTarget) -> HostOutcome:
+    stdout, stderr = remote.job_output(host.target, host.row.remote_dir)
+    return HostOutcome(stdout, stderr, remote.job_state(host.target, host.row.remote_dir).exit_code)
+
+
+def _slurm_outcome(run: Run, login: remote.Target) -> HostOutcome:
+    host, job_id = _slurm_job(run, login)
+    state = slurm.job_state(login, job_id, host.row.remote_dir)
+    provenance = dict(Run.objects.values_list("provenance", flat=True).get(pk=run.pk))
+    provenance["slurm"] = {
+        **provenance.get("slurm", {}),
+        "job_id": job_id,
+        "state": state.state,
+        "exit_code": state.exit_code,
+        "source": state.source,
+    }
+    Run.objects.filter(pk=run.pk).update(provenance=provenance)
+    stdout, stderr = remote.job_output(login, host.row.remote_dir)
+    return HostOutcome(stdout, stderr, state.exit_code, state)
+
+
 def run_collect(run: Run) -> tuple[str, str]:
     """Fetch every main command's output, store it and the parsed metrics, stop the services.
 
-    Returns (status, error): a non-zero exit, unparsable output, a missing metric or a failed plug-in
-    check (e.g. the wrong NCCL transport) fails the run even when every command exited 0.
+    Returns (status, error): a non-zero exit (or a Slurm job that did not complete), unparsable output, a
+    missing metric or a failed plug-in check (e.g. the wrong NCCL transport) fails the run even when every
+    command exited 0.
     """
     benchmark = get_benchmark(run.campaign.kind)
     hosts = main_targets(run)
-    outputs = _fan_out(
-        hosts, lambda h: (*remote.job_output(h.target, h.row.remote_dir), remote.job_state(h.target, h.row.remote_dir))
-    )
+    login = slurm_login(run)
+    if login is not None:
+        outputs: list[Any] = [_slurm_outcome(run, login)]
+        hosts = hosts[:1]
+    else:
+        outputs = _fan_out(hosts, _host_outcome)
     _raise_first(outputs)
     errors: list[str] = []
     per_host: list[Metric] = []
     logs: dict[str, str] = {}
-    for row, (stdout, stderr, state) in zip([h.row for h in hosts], outputs, strict=True):
-        RunHost.objects.filter(pk=row.pk).update(stdout=stdout, stderr=stderr, exit_code=state.exit_code)
+    for row, outcome in zip([h.row for h in hosts], outputs, strict=True):
+        stdout, stderr = outcome.stdout, outcome.stderr
+        RunHost.objects.filter(pk=row.pk).update(stdout=stdout, stderr=stderr, exit_code=outcome.exit_code)
         logs[row.host] = f"{stdout}\n{stderr}"
-        if state.exit_code != 0:
-            errors.append(f"{row.host}: exited with code {state.exit_code}: {_last_lines(stderr or stdout)}")
+        if outcome.slurm_state is not None and outcome.slurm_state.error:
+            errors.append(f"{row.host}: {outcome.slurm_state.error}: {_last_lines(stderr or stdout)}")
+            continue
+        if outcome.exit_code != 0:
+            errors.append(f"{row.host}: exited with code {outcome.exit_code}: {_last_lines(stderr or stdout)}")
             continue
         try:
             per_host += benchmark.parse(stdout, host=row.host)
         except ParseError as exc:
             errors.append(f"{row.host}: output could not be parsed: {exc}")
     Run.objects.filter(pk=run.pk).update(
-        stdout_tail=_tails([(h.row.host, o[0]) for h, o in zip(hosts, outputs, strict=True)]),
-        stderr_tail=_tails([(h.row.host, o[1]) for h, o in zip(hosts, outputs, strict=True)]),
+        stdout_tail=_tails([(h.row.host, o.stdout) for h, o in zip(hosts, outputs, strict=True)]),
+        stderr_tail=_tails([(h.row.host, o.stderr) for h, o in zip(hosts, outputs, strict=True)]),
     )
     stop_services(run)
     metrics = per_host + benchmark.aggregate(per_host) if per_host else []
@@ -565,7 +720,14 @@ def _tails(pairs: list[tuple[str, str]]) -> str:
 
 
 def run_kill(run: Run) -> None:
-    """Kill every main command's and service's process group on the run's hosts."""
+    """Kill every main command's and service's process group on the run's hosts (scancel a Slurm job)."""
+    login = slurm_login(run)
+    if login is not None:
+        for host in main_targets(run)[:1]:  # not submitted yet when the run has no main command recorded
+            job_id = host.row.slurm_job_id or slurm.recorded_job_id(login, host.row.remote_dir)
+            if job_id:
+                slurm.cancel(login, job_id)
+        return
     jobs = [(h.target, h.row.remote_dir) for h in run_targets(run, started=True) if h.row.command]
     jobs += [
         (h.target, f"{h.row.remote_dir}/{SERVICE_DIR}") for h in run_targets(run, started=True) if h.row.service_command
@@ -576,7 +738,8 @@ def run_kill(run: Run) -> None:
 def run_keep_output(run: Run) -> None:
     """Store what a stopped run printed (best effort: a host that cannot be reached keeps nothing)."""
     hosts = main_targets(run)
-    outputs = _fan_out(hosts, lambda h: remote.job_output(h.target, h.row.remote_dir))
+    login = slurm_login(run)
+    outputs = _fan_out(hosts, lambda h: remote.job_output(login or h.target, h.row.remote_dir))
     kept = [(h.row, o) for h, o in zip(hosts, outputs, strict=True) if not isinstance(o, BaseException)]
     for row, (stdout, stderr) in kept:
         RunHost.objects.filter(pk=row.pk).update(stdout=stdout, stderr=stderr)

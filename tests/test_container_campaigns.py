@@ -92,3 +92,11 @@ def test_bare_metal_needs_no_container(nodes: None) -> None:
 
     assert created.container == {}
     assert selectors.campaign_preview(campaign=created)["shown"][0]["hosts"][0]["command"].count("docker") == 0
+
+
+def test_a_container_campaign_exports_and_clones_with_its_container(nodes: None) -> None:
+    created = services.campaign_apply(data=campaign())
+
+    clone = services.campaign_clone(campaign=created, name="in-docker-again")
+
+    assert clone.container == created.container and clone.container["image"] == "rackbench/bench-node:latest"
