@@ -43,6 +43,24 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float = 60.0, interval: f
     pytest.fail(f"timed out after {timeout:g} s waiting for {what or predicate}")
 
 
+def finished(campaign: Any, timeout: float = 120) -> Any:
+    """Wait until the campaign has ended (whatever its outcome) and return it refreshed."""
+
+    def done() -> bool:
+        campaign.refresh_from_db()
+        return campaign.is_terminal
+
+    wait_for(done, timeout=timeout, what=f"campaign {campaign.name} to end")
+    return campaign
+
+
+def launch_and_wait(data: dict[str, Any], timeout: float = 150) -> Any:
+    """Apply a campaign definition, launch it and wait until it has ended."""
+    from campaigns import services
+
+    return finished(services.campaign_launch(campaign=services.campaign_apply(data=data)), timeout)
+
+
 def group_alive(pgid: int | None) -> bool:
     """Whether a process group has a live (not zombie) member on this machine, where the lab nodes run.
 

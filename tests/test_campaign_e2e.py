@@ -15,7 +15,7 @@ from campaigns import selectors, services
 from campaigns.models import Campaign, CampaignStatus, Run, RunStatus
 from inventory.models import HostKey
 from inventory.services import node_upsert
-from tests.conftest import LAB_PORT, group_alive, wait_for
+from tests.conftest import LAB_PORT, finished, group_alive, wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.worker]
 
@@ -33,15 +33,6 @@ def fio_campaign(name: str, nodes: list[str], **overrides: Any) -> dict[str, Any
     }
     data.update(overrides)
     return data
-
-
-def finished(campaign: Campaign, timeout: float = 120) -> Campaign:
-    def done() -> bool:
-        campaign.refresh_from_db()
-        return campaign.is_terminal
-
-    wait_for(done, timeout=timeout, what=f"campaign {campaign.name} to finish")
-    return campaign
 
 
 def test_it_runs_a_fio_campaign_end_to_end(lab: dict[str, Any], worker: Any) -> None:

@@ -7,23 +7,11 @@ from typing import Any
 
 import pytest
 
-from campaigns import services
 from campaigns.models import CampaignStatus
 from inventory.services import node_upsert
-from tests.conftest import LAB_PORT, wait_for
+from tests.conftest import LAB_PORT, launch_and_wait
 
 pytestmark = [pytest.mark.lab, pytest.mark.worker]
-
-
-def run_campaign(data: dict[str, Any]) -> Any:
-    campaign = services.campaign_launch(campaign=services.campaign_apply(data=data))
-
-    def done() -> bool:
-        campaign.refresh_from_db()
-        return campaign.is_terminal
-
-    wait_for(done, timeout=150, what=f"campaign {campaign.name}")
-    return campaign
 
 
 def storage_read(name: str, nodes: list[str], **fixed: Any) -> dict[str, Any]:
@@ -48,7 +36,7 @@ def storage_read(name: str, nodes: list[str], **fixed: Any) -> dict[str, Any]:
 
 
 def test_the_storage_read_benchmark_runs_under_mpirun_across_lab_nodes(lab: dict[str, Any], worker: Any) -> None:
-    campaign = run_campaign(storage_read("mpi-read", ["lab1", "lab2"]))
+    campaign = launch_and_wait(storage_read("mpi-read", ["lab1", "lab2"]))
 
     assert campaign.status == CampaignStatus.SUCCEEDED, [r.error for r in campaign.runs.all()]
     one, two = campaign.runs.order_by("sequence")
@@ -74,7 +62,7 @@ def test_the_reachability_check_names_the_host_mpirun_cannot_reach(lab: dict[str
     data = storage_read("mpi-dead", ["lab1", "lab9"])
     data["matrix"] = {"nodes": [2]}
     data["fixed"]["mpi_ssh_port"] = 2
-    campaign = run_campaign(data)
+    campaign = launch_and_wait(data)
 
     run = campaign.runs.get()
     assert campaign.status == CampaignStatus.FAILED

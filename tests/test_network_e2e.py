@@ -7,26 +7,14 @@ from typing import Any
 
 import pytest
 
-from campaigns import services
 from campaigns.models import CampaignStatus
-from tests.conftest import group_alive, wait_for
+from tests.conftest import group_alive, launch_and_wait
 
 pytestmark = [pytest.mark.lab, pytest.mark.worker]
 
 
-def run_campaign(data: dict[str, Any]) -> Any:
-    campaign = services.campaign_launch(campaign=services.campaign_apply(data=data))
-
-    def done() -> bool:
-        campaign.refresh_from_db()
-        return campaign.is_terminal
-
-    wait_for(done, timeout=120, what=f"campaign {campaign.name}")
-    return campaign
-
-
 def test_iperf3_pairs_run_at_once_and_are_aggregated(lab: dict[str, Any], worker: Any) -> None:
-    campaign = run_campaign(
+    campaign = launch_and_wait(
         {
             "name": "iperf-pairs",
             "kind": "iperf3",
@@ -71,7 +59,7 @@ def test_a_service_that_never_gets_ready_fails_the_run_with_its_words(lab: dict[
     blocker = socket.socket()
     blocker.bind((lab["nodes"]["lab2"].address, 5401))
     try:
-        campaign = run_campaign(
+        campaign = launch_and_wait(
             {
                 "name": "iperf-port-taken",
                 "kind": "iperf3",

@@ -26,7 +26,7 @@ from inventory.services import node_upsert
 from runners import ssh
 from runners.benchmarks.base import ParamError
 from runners.launchers import slurm
-from tests.conftest import wait_for
+from tests.conftest import finished, wait_for
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 
@@ -579,15 +579,6 @@ def fio_slurm_campaign(name: str, **overrides: Any) -> dict[str, Any]:
     }
     data.update(overrides)
     return data
-
-
-def finished(campaign: Campaign, timeout: float = 120) -> Campaign:
-    def done() -> bool:
-        campaign.refresh_from_db()
-        return campaign.is_terminal
-
-    wait_for(done, timeout=timeout, what=f"campaign {campaign.name} to end")
-    return campaign
 
 
 @pytest.mark.lab
