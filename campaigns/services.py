@@ -76,7 +76,7 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None) -> Campaign:
     nodes = _resolve_nodes(spec["nodes"])
     tags = _resolve_tags(spec["node_tags"])
     storage = _resolve_storage(spec["storage"])
-    _check_node_axis(spec, available=len(_selection(nodes, tags)))
+    _check_node_axis(spec, available=len(select_nodes(nodes, tags)))
     if spec["mounts"]:
         try:
             spec["mounts"] = validate_mounts(spec["mounts"], storage)
@@ -117,9 +117,12 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None) -> Campaign:
     return campaign
 
 
-def _selection(nodes: list[Node], tags: list[Tag]) -> set[int]:
-    tagged = Node.objects.filter(tags__in=tags, status=NodeStatus.ACTIVE).values_list("pk", flat=True)
-    return {n.pk for n in nodes} | set(tagged)
+def select_nodes(explicit: list[Node], tags: list[Tag]) -> list[Node]:
+    """The named nodes plus every active node with one of the tags, in name order (runs use this order)."""
+    nodes = {n.pk: n for n in explicit}
+    for node in Node.objects.filter(tags__in=tags, status=NodeStatus.ACTIVE).distinct():
+        nodes.setdefault(node.pk, node)
+    return sorted(nodes.values(), key=lambda n: n.name)
 
 
 def _check_node_axis(spec: dict[str, Any], *, available: int) -> None:
@@ -200,12 +203,7 @@ def campaign_clone(*, campaign: Campaign, name: str, owner: Any = None) -> Campa
 
 def campaign_target_nodes(*, campaign: Campaign) -> list[Node]:
     """The nodes a run of the campaign uses: the named ones plus active nodes with a selected tag."""
-    explicit = list(campaign.nodes.all())
-    tagged = Node.objects.filter(tags__in=campaign.node_tags.all(), status=NodeStatus.ACTIVE).distinct()
-    nodes = {n.pk: n for n in explicit}
-    for node in tagged:
-        nodes.setdefault(node.pk, node)
-    return sorted(nodes.values(), key=lambda n: n.name)
+    return select_nodes(list(campaign.nodes.all()), list(campaign.node_tags.all()))
 
 
 def campaign_transition(*, campaign: Campaign, old: str, new: str, **fields: Any) -> bool:

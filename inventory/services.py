@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import io
 from typing import Any
 
 import paramiko
@@ -13,6 +10,8 @@ from django.utils import timezone
 
 from inventory.crypto import encrypt
 from inventory.models import Credential, HostKey, Interface, Node, Site, StorageSystem, Tag
+from runners.ssh import PermanentSSHError, load_private_key
+from runners.ssh import fingerprint as ssh_fingerprint
 
 
 class InventoryError(ValueError):
@@ -26,20 +25,17 @@ class InventoryError(ValueError):
 
 
 def _load_private_key(private_key: str) -> paramiko.PKey:
-    text = private_key.strip() + "\n"
-    for cls in (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey):
-        try:
-            return cls.from_private_key(io.StringIO(text))
-        except (paramiko.SSHException, ValueError, IndexError):
-            continue
-    raise InventoryError(
-        "not a private key paramiko can read (OpenSSH or PEM; ed25519, ECDSA or RSA, without a passphrase)",
-        field="private_key",
-    )
+    try:
+        return load_private_key(private_key.strip() + "\n")
+    except PermanentSSHError:
+        raise InventoryError(
+            "not a private key paramiko can read (OpenSSH or PEM; ed25519, ECDSA or RSA, without a passphrase)",
+            field="private_key",
+        ) from None
 
 
 def key_fingerprint(key: paramiko.PKey) -> str:
-    return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+    return ssh_fingerprint(key.get_name(), key.get_base64())
 
 
 def credential_create(*, name: str, username: str, private_key: str) -> Credential:
@@ -81,8 +77,7 @@ def storage_upsert(*, name: str, **fields: Any) -> StorageSystem:
 
 def hostkey_pin(*, address: str, port: int, key_type: str, key_base64: str) -> HostKey:
     """Record the key seen at first contact. Returns the pinned key, which may differ from the one given."""
-    digest = hashlib.sha256(base64.b64decode(key_base64)).digest()
-    fingerprint = "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+    fingerprint = ssh_fingerprint(key_type, key_base64)
     with transaction.atomic():
         pinned, _ = HostKey.objects.get_or_create(
             address=address,

@@ -22,6 +22,7 @@ from django.conf import settings
 
 from inventory.crypto import decrypt
 from inventory.models import Credential, HostKey, Node, StorageSystem
+from inventory.services import hostkey_pin
 from runners import ssh
 
 
@@ -33,15 +34,7 @@ class DatabaseHostKeys:
         return (row[0], row[1]) if row else None
 
     def pin(self, address: str, port: int, key_type: str, key_base64: str) -> tuple[str, str]:
-        row, _ = HostKey.objects.get_or_create(
-            address=address,
-            port=port,
-            defaults={
-                "key_type": key_type,
-                "key_base64": key_base64,
-                "fingerprint": ssh.fingerprint(key_type, key_base64),
-            },
-        )
+        row = hostkey_pin(address=address, port=port, key_type=key_type, key_base64=key_base64)
         return row.key_type, row.key_base64
 
 

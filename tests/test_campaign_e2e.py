@@ -57,7 +57,7 @@ def test_it_runs_a_fio_campaign_end_to_end(lab: dict[str, Any], worker: Any) -> 
         for host in hosts.values():
             assert host.exit_code == 0
             assert "fio" in host.command and host.remote_dir in host.command
-            assert f"rw={run.params['rw']}" in host.stdout or run.params["rw"] in host.stdout
+            assert f'"rw" : "{run.params["rw"]}"' in host.stdout  # fio's JSON echoes the job's options
         per_host = {r.host: r.value for r in run.results.filter(name="read_bw_bytes", labels={})}
         assert set(per_host) == {"lab1", "lab2", ""}
         assert per_host["lab1"] > 0 and per_host["lab2"] > 0

@@ -14,7 +14,7 @@ from campaigns.spec import SpecError
 from inventory.services import node_upsert, storage_upsert
 from runners.benchmarks.base import ParamError
 from runners.mounts import mount_command, plan_mounts, unmount_command, validate_mounts
-from tests.conftest import wait_for
+from tests.conftest import launch_and_wait
 
 NAS = SimpleNamespace(
     name="isilon",
@@ -107,13 +107,7 @@ def test_a_run_fails_clearly_when_its_node_may_not_mount(lab: dict[str, Any], wo
         "fixed": {"bs": "64k", "size": "4M"},
         "matrix": {"rw": ["read"]},
     }
-    campaign = services.campaign_launch(campaign=services.campaign_apply(data=data))
-
-    def done() -> bool:
-        campaign.refresh_from_db()
-        return campaign.is_terminal
-
-    wait_for(done, timeout=60, what="the campaign to end")
+    campaign = launch_and_wait(data, timeout=60)
     run = campaign.runs.get()
     assert campaign.status == CampaignStatus.FAILED
     assert "mounting the storage failed" in run.error and "sudo" in run.error

@@ -37,16 +37,13 @@ import re
 from typing import Any
 
 from runners.benchmarks.base import (
-    Benchmark,
-    HostCommand,
-    HostContext,
     Metric,
     MetricSpec,
     ParamError,
     ParseError,
     register,
 )
-from runners.launchers.mpi import MPI_PARAMS, mpirun_argv, options_from_params
+from runners.launchers.mpi import MPI_PARAMS, MpiToolBenchmark
 
 OPERATIONS = ("write", "read")
 APIS = ("POSIX", "MPIIO")
@@ -232,22 +229,14 @@ def parse_summary(text: str) -> list[Metric]:
 
 
 @register
-class Ior(Benchmark):
+class Ior(MpiToolBenchmark):
     kind = "ior"
     description = "IOR: parallel file-system read and write bandwidth across MPI ranks"
     metrics = METRICS
     version_argv = ["sh", "-c", "command -v ior"]  # IOR has no version option; its output's first line names it
-    uses_mpi = True
 
-    def validate(self, params: dict[str, Any]) -> None:
-        rank_argv(params, data_dir="/")
-        options_from_params(params, {})
-
-    def build(self, params: dict[str, Any], host: HostContext) -> HostCommand | None:
-        argv = rank_argv(params, data_dir=host.data_dir)
-        if not host.is_primary:
-            return None
-        return HostCommand(argv=mpirun_argv(host.hosts, argv, options_from_params(params, host.env)))
+    def rank_argv(self, params: dict[str, Any], data_dir: str) -> list[str]:
+        return rank_argv(params, data_dir=data_dir)
 
     def parse(self, text: str, *, host: str = "") -> list[Metric]:
         """Bandwidths for the whole run (host ""), whichever host's output holds the summary."""

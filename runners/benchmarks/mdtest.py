@@ -38,16 +38,13 @@ import re
 from typing import Any
 
 from runners.benchmarks.base import (
-    Benchmark,
-    HostCommand,
-    HostContext,
     Metric,
     MetricSpec,
     ParamError,
     ParseError,
     register,
 )
-from runners.launchers.mpi import MPI_PARAMS, mpirun_argv, options_from_params
+from runners.launchers.mpi import MPI_PARAMS, MpiToolBenchmark
 
 OPERATIONS = {
     "Directory creation": "directory_creation",
@@ -281,22 +278,14 @@ def parse_summary(text: str) -> list[Metric]:
 
 
 @register
-class Mdtest(Benchmark):
+class Mdtest(MpiToolBenchmark):
     kind = "mdtest"
     description = "mdtest: file-system metadata operation rates across MPI ranks"
     metrics = METRICS
     version_argv = ["sh", "-c", "command -v mdtest"]  # mdtest has no version option; its output names it
-    uses_mpi = True
 
-    def validate(self, params: dict[str, Any]) -> None:
-        rank_argv(params, data_dir="/")
-        options_from_params(params, {})
-
-    def build(self, params: dict[str, Any], host: HostContext) -> HostCommand | None:
-        argv = rank_argv(params, data_dir=host.data_dir)
-        if not host.is_primary:
-            return None
-        return HostCommand(argv=mpirun_argv(host.hosts, argv, options_from_params(params, host.env)))
+    def rank_argv(self, params: dict[str, Any], data_dir: str) -> list[str]:
+        return rank_argv(params, data_dir=data_dir)
 
     def parse(self, text: str, *, host: str = "") -> list[Metric]:
         """Rates for the whole run (host ""), whichever host's output holds the table."""

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runners.benchmarks.base import HostInfo, ParamError
+from runners.benchmarks.base import Benchmark, HostCommand, HostContext, HostInfo, ParamError
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The campaign parameters options_from_params reads: every MPI plug-in accepts them besides its own.
@@ -121,3 +121,23 @@ def mpirun_argv(hosts: Sequence[HostInfo], rank_argv: list[str], options: MpiOpt
     for name, value in sorted(options.env.items()):
         argv += ["-x", f"{name}={value}"]
     return argv + rank_argv
+
+
+class MpiToolBenchmark(Benchmark):
+    """A tool that mpirun starts once per rank from the primary host (mdtest, IOR): subclasses give its argv."""
+
+    uses_mpi = True
+
+    def rank_argv(self, params: dict[str, Any], data_dir: str) -> list[str]:
+        """One rank's command; raises ParamError for bad parameters."""
+        raise NotImplementedError
+
+    def validate(self, params: dict[str, Any]) -> None:
+        self.rank_argv(params, "/")
+        options_from_params(params, {})
+
+    def build(self, params: dict[str, Any], host: HostContext) -> HostCommand | None:
+        argv = self.rank_argv(params, host.data_dir)
+        if not host.is_primary:
+            return None
+        return HostCommand(argv=mpirun_argv(host.hosts, argv, options_from_params(params, host.env)))

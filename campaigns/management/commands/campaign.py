@@ -13,8 +13,6 @@ from campaigns import selectors, services
 from campaigns.models import Campaign, CampaignStatus
 from campaigns.spec import SpecError, load_yaml, to_yaml
 
-STATUS_EXIT = {CampaignStatus.SUCCEEDED: 0}
-
 
 class Command(BaseCommand):
     help = "Manage campaigns as code (see examples/campaigns/ and the README)."
