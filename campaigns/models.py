@@ -5,6 +5,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 
+from accounts.models import Team
 from inventory.models import Node, StorageSystem, Tag
 
 
@@ -49,6 +50,16 @@ class Campaign(models.Model):
     flush_clients = models.BooleanField(default=True)
     run_timeout_s = models.PositiveIntegerField(default=3600)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    team = models.ForeignKey(
+        Team, null=True, blank=True, on_delete=models.PROTECT, related_name="campaigns", help_text="empty: shared"
+    )
+    family = models.CharField(
+        max_length=100, blank=True, help_text="campaigns that measure the same thing share a baseline (default: name)"
+    )
+    verdict = models.JSONField(
+        default=dict, blank=True, help_text="{threshold_pct, alpha, rerun_regressions, metrics, webhook}"
+    )
+    telemetry = models.JSONField(default=dict, blank=True, help_text="samplers and their intervals during runs")
     status = models.CharField(max_length=20, choices=CampaignStatus.choices, default=CampaignStatus.DRAFT)
     created_at = models.DateTimeField(auto_now_add=True)
     launched_at = models.DateTimeField(null=True, blank=True)
@@ -63,6 +74,10 @@ class Campaign(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in CAMPAIGN_TERMINAL
+
+    @property
+    def family_name(self) -> str:
+        return self.family or self.name
 
 
 class RunStatus(models.TextChoices):
@@ -171,3 +186,59 @@ class NodeLease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node} held by {self.run}"
+
+
+class Baseline(models.Model):
+    """What a campaign family is compared with: a campaign, or a chosen set of its runs."""
+
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.CASCADE, related_name="baselines")
+    family = models.CharField(max_length=100)
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="baselines")
+    runs = models.ManyToManyField(Run, blank=True, help_text="empty: every succeeded run of the campaign")
+    note = models.TextField(blank=True)
+    active = models.BooleanField(default=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "family"], condition=models.Q(active=True), name="baseline_one_active_per_family"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"baseline of {self.family}: {self.campaign}"
+
+
+class VerdictOutcome(models.TextChoices):
+    PASS = "pass"
+    REGRESSION = "regression"
+    IMPROVEMENT = "improvement"
+    INCONCLUSIVE = "inconclusive"
+
+
+class Verdict(models.Model):
+    """A finished campaign judged against its baseline, per matrix point and metric (``items``)."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="verdicts")
+    baseline = models.ForeignKey(Baseline, null=True, on_delete=models.SET_NULL, related_name="verdicts")
+    baseline_campaign = models.ForeignKey(
+        Campaign, null=True, on_delete=models.SET_NULL, related_name="+", help_text="kept if the baseline goes"
+    )
+    outcome = models.CharField(max_length=20, choices=VerdictOutcome.choices)
+    method = models.CharField(max_length=50)
+    method_version = models.PositiveIntegerField()
+    policy = models.JSONField(default=dict)
+    items = models.JSONField(default=list)
+    counts = models.JSONField(default=dict, help_text="items per outcome")
+    final = models.BooleanField(default=True, help_text="false while a suspected regression is being re-run")
+    created_at = models.DateTimeField(auto_now_add=True)
+    webhook_status = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.campaign}: {self.outcome}"

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from accounts.models import Team
+
 
 class Site(models.Model):
     name = models.CharField(max_length=100, unique=True)
@@ -27,6 +29,9 @@ class Tag(models.Model):
 class Credential(models.Model):
     """An SSH identity. The private key is encrypted at rest and never shown again after saving."""
 
+    team = models.ForeignKey(
+        Team, null=True, blank=True, on_delete=models.PROTECT, related_name="credentials", help_text="empty: shared"
+    )
     name = models.CharField(max_length=100, unique=True)
     username = models.CharField(max_length=64)
     private_key_encrypted = models.TextField(editable=False)
@@ -56,6 +61,9 @@ class NodeRole(models.TextChoices):
 
 class Node(models.Model):
     site = models.ForeignKey(Site, null=True, blank=True, on_delete=models.SET_NULL, related_name="nodes")
+    team = models.ForeignKey(
+        Team, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes", help_text="empty: shared"
+    )
     name = models.CharField(max_length=100, unique=True)
     address = models.CharField(max_length=255, help_text="host name or IP address used for SSH")
     ssh_port = models.PositiveIntegerField(default=22)
@@ -123,6 +131,9 @@ class StorageKind(models.TextChoices):
 
 class StorageSystem(models.Model):
     site = models.ForeignKey(Site, null=True, blank=True, on_delete=models.SET_NULL, related_name="storage_systems")
+    team = models.ForeignKey(
+        Team, null=True, blank=True, on_delete=models.PROTECT, related_name="storage_systems", help_text="empty: shared"
+    )
     name = models.CharField(max_length=100, unique=True)
     kind = models.CharField(max_length=30, choices=StorageKind.choices, default=StorageKind.NFS)
     data_addresses = models.JSONField(default=list, blank=True)
