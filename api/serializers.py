@@ -1,53 +1,117 @@
-"""Read-only representations with explicit fields. A credential appears by name only, never its key."""
+"""Representations with explicit fields. A credential appears by name and public half only, never its key."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from campaigns.models import Campaign, Result, Run, RunHost
-from inventory.models import Node, StorageSystem
+from accounts.selectors import Scope
+from campaigns.models import Baseline, Campaign, Result, Run, RunHost, Verdict
+from inventory.models import Credential, Interface, Node, Site, StorageSystem
+from inventory.services import tags_from_names
+
+Slug = serializers.SlugRelatedField
+
+
+def scope_of(serializer: serializers.Serializer[Any]) -> Scope:
+    return serializer.context["scope"]
+
+
+class VisibleSlugField(serializers.SlugRelatedField):
+    """A reference by name, to objects the request may see (another team's are 'not found')."""
+
+    def get_queryset(self) -> Any:
+        return scope_of(self.parent).filter(super().get_queryset())  # type: ignore[arg-type]
+
+
+@extend_schema_field({"type": "array", "items": {"type": "string"}})
+class TagListField(serializers.ListField):
+    """Tag names; reading a node gives its tags' names (prefetched), writing creates missing tags."""
+
+    child = serializers.SlugField(max_length=64)
+
+    def to_representation(self, data: Any) -> list[str]:
+        return [t.name for t in data.all()]
 
 
 class NodeSerializer(serializers.ModelSerializer):
-    site: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    credential: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    tags: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+    site: Slug[Any] = Slug(slug_field="name", queryset=Site.objects.all(), required=False, allow_null=True)
+    credential = VisibleSlugField(slug_field="name", queryset=Credential.objects.all(), required=False, allow_null=True)
+    team: Slug[Any] = Slug(slug_field="name", read_only=True)
+    tags = TagListField(required=False, help_text="tag names; missing tags are created")
 
     class Meta:
         model = Node
         fields = [
-            "id", "name", "site", "address", "ssh_port", "ssh_user", "credential", "role", "status", "tags",
+            "id", "name", "team", "site", "address", "ssh_port", "ssh_user", "credential", "role", "status", "tags",
             "gpu_model", "gpu_count", "gpu_memory_mb", "cpu_model", "cpu_cores", "ram_mb", "container_runtime",
             "facts", "facts_collected_at", "created_at",
         ]  # fmt: skip
+        read_only_fields = ["facts", "facts_collected_at", "created_at"]
+
+    def create(self, validated_data: dict[str, Any]) -> Node:
+        tags = validated_data.pop("tags", [])
+        node = Node.objects.create(team=scope_of(self).team, **validated_data)
+        node.tags.set(tags_from_names(tags))
+        return node
+
+    def update(self, instance: Node, validated_data: dict[str, Any]) -> Node:
+        tags = validated_data.pop("tags", None)
+        node = super().update(instance, validated_data)
+        if tags is not None:
+            node.tags.set(tags_from_names(tags))
+        return node
+
+
+class InterfaceSerializer(serializers.ModelSerializer):
+    node: Slug[Any] = Slug(slug_field="name", read_only=True)
+
+    class Meta:
+        model = Interface
+        fields = ["id", "node", "name", "role", "speed_mbps", "mtu", "addresses"]
+
+
+class CredentialSerializer(serializers.ModelSerializer):
+    team: Slug[Any] = Slug(slug_field="name", read_only=True)
+
+    class Meta:
+        model = Credential
+        fields = ["id", "name", "team", "username", "public_key", "fingerprint", "created_at"]
 
 
 class StorageSystemSerializer(serializers.ModelSerializer):
-    site: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    admin_credential: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="name", read_only=True
+    site: Slug[Any] = Slug(slug_field="name", queryset=Site.objects.all(), required=False, allow_null=True)
+    team: Slug[Any] = Slug(slug_field="name", read_only=True)
+    admin_credential = VisibleSlugField(
+        slug_field="name", queryset=Credential.objects.all(), required=False, allow_null=True
     )
 
     class Meta:
         model = StorageSystem
         fields = [
-            "id", "name", "site", "kind", "data_addresses", "export_path", "mount_options", "flush_command",
+            "id", "name", "team", "site", "kind", "data_addresses", "export_path", "mount_options", "flush_command",
             "admin_address", "admin_port", "admin_user", "admin_credential", "rated_read_mbps", "rated_write_mbps",
             "node_count",
         ]  # fmt: skip
 
+    def validate_data_addresses(self, value: Any) -> list[str]:
+        if not isinstance(value, list) or not all(isinstance(a, str) and a.strip() for a in value):
+            raise serializers.ValidationError("must be a list of addresses")
+        return value
+
+    def create(self, validated_data: dict[str, Any]) -> StorageSystem:
+        return StorageSystem.objects.create(team=scope_of(self).team, **validated_data)
+
 
 class CampaignSerializer(serializers.ModelSerializer):
-    nodes: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="name", many=True, read_only=True
-    )
-    node_tags: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="name", many=True, read_only=True
-    )
-    storage: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    owner: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    nodes: Slug[Any] = Slug(slug_field="name", many=True, read_only=True)
+    node_tags: Slug[Any] = Slug(slug_field="name", many=True, read_only=True)
+    storage: Slug[Any] = Slug(slug_field="name", read_only=True)
+    owner: Slug[Any] = Slug(slug_field="username", read_only=True)
+    team: Slug[Any] = Slug(slug_field="name", read_only=True)
+    family = serializers.CharField(source="family_name", read_only=True)
     # Annotations of campaigns.selectors.campaign_list().
     run_total = serializers.IntegerField(read_only=True)
     run_done = serializers.IntegerField(read_only=True)
@@ -57,13 +121,45 @@ class CampaignSerializer(serializers.ModelSerializer):
     class Meta:
         model = Campaign
         fields = [
-            "id", "name", "description", "kind", "status", "matrix", "fixed", "nodes", "node_tags", "storage",
-            "repetitions", "warmup_runs", "flush_clients", "flush_storage", "run_timeout_s", "owner",
-            "created_at", "launched_at", "finished_at", "run_total", "run_done", "run_failed",
+            "id", "name", "description", "kind", "family", "team", "status", "matrix", "fixed", "env", "nodes",
+            "node_tags", "storage", "repetitions", "warmup_runs", "flush_clients", "flush_storage", "run_timeout_s",
+            "verdict", "owner", "created_at", "launched_at", "finished_at", "run_total", "run_done", "run_failed",
         ]  # fmt: skip
 
     def get_matrix(self, campaign: Campaign) -> dict[str, list[Any]]:
         return {name: values for name, values in campaign.matrix}
+
+
+class CampaignDefinitionSerializer(serializers.Serializer):
+    """A campaign definition: the YAML text, or the same definition as a JSON object."""
+
+    yaml = serializers.CharField(required=False, help_text="the campaign as YAML (see the README's format)")
+    spec = serializers.DictField(required=False, help_text="the campaign as a JSON object, instead of yaml")
+    team = serializers.CharField(required=False, help_text="the team to create it in, if you belong to several")
+    name = serializers.CharField(required=False, max_length=100, help_text="overrides the definition's name")
+    family = serializers.CharField(required=False, max_length=100, help_text="overrides the definition's family")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if ("yaml" in attrs) == ("spec" in attrs):
+            raise serializers.ValidationError({"yaml": ["give the definition as either yaml or spec"]})
+        return attrs
+
+
+class PresetSerializer(serializers.Serializer):
+    slug = serializers.CharField()
+    title = serializers.CharField()
+    seed = serializers.CharField()
+    description = serializers.CharField()
+    needs = serializers.ListField(child=serializers.CharField())
+    campaigns = serializers.ListField(child=serializers.DictField())
+
+
+class PresetInstantiateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    nodes = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+    node_tags = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+    storage = serializers.CharField(required=False, default="", allow_blank=True)
+    team = serializers.CharField(required=False)
 
 
 class RunHostSerializer(serializers.ModelSerializer):
@@ -71,7 +167,7 @@ class RunHostSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = RunHost
-        fields = ["id", "node", "host", "address", "command", "remote_dir", "exit_code"]
+        fields = ["id", "node", "host", "address", "command", "service_command", "remote_dir", "exit_code"]
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -87,8 +183,59 @@ class RunSerializer(serializers.ModelSerializer):
 
 
 class ResultSerializer(serializers.ModelSerializer):
-    campaign = serializers.IntegerField(source="campaign_id", read_only=True)  # annotated by the view
+    campaign = serializers.IntegerField(source="run.campaign_id", read_only=True)
+    params = serializers.JSONField(source="run.params", read_only=True)
+    finished_at = serializers.DateTimeField(source="run.finished_at", read_only=True)
 
     class Meta:
         model = Result
-        fields = ["id", "run", "campaign", "name", "value", "unit", "host", "labels"]
+        fields = ["id", "run", "campaign", "params", "name", "value", "unit", "host", "labels", "finished_at"]
+
+
+class BaselineSerializer(serializers.ModelSerializer):
+    campaign_name = serializers.CharField(source="campaign.name", read_only=True)
+    team: Slug[Any] = Slug(slug_field="name", read_only=True)
+    created_by: Slug[Any] = Slug(slug_field="username", read_only=True)
+    runs: serializers.PrimaryKeyRelatedField[Any] = serializers.PrimaryKeyRelatedField(
+        many=True, read_only=True, help_text="the chosen runs; empty: every succeeded run of the campaign"
+    )
+
+    class Meta:
+        model = Baseline
+        fields = ["id", "family", "team", "campaign", "campaign_name", "runs", "note", "active", "created_by",
+                  "created_at"]  # fmt: skip
+
+
+class BaselineCreateSerializer(serializers.Serializer):
+    campaign = serializers.IntegerField()
+    runs = serializers.ListField(child=serializers.IntegerField(), required=False, default=list)
+    note = serializers.CharField(required=False, default="", allow_blank=True)
+
+
+@extend_schema_field({"type": "object", "nullable": True, "properties": {"id": {"type": "integer"},
+                                                                       "name": {"type": "string"}}})  # fmt: skip
+class CampaignRefField(serializers.Field):
+    def to_representation(self, value: Campaign | None) -> dict[str, Any] | None:
+        return {"id": value.pk, "name": value.name} if value else None
+
+
+class VerdictSerializer(serializers.ModelSerializer):
+    baseline_campaign = CampaignRefField(read_only=True)
+
+    class Meta:
+        model = Verdict
+        fields = ["id", "campaign", "baseline", "baseline_campaign", "outcome", "method", "method_version", "policy",
+                  "final", "counts", "created_at", "webhook_status", "items"]  # fmt: skip
+
+
+class VerdictRequestSerializer(serializers.Serializer):
+    baseline = serializers.IntegerField(required=False, help_text="compare with this campaign, not the family's")
+    threshold_pct = serializers.FloatField(required=False, min_value=0)
+    alpha = serializers.FloatField(required=False, min_value=0, max_value=1)
+    min_repetitions = serializers.IntegerField(required=False, min_value=2)
+
+
+class RerunSerializer(serializers.Serializer):
+    points = serializers.ListField(
+        child=serializers.IntegerField(min_value=0), required=False, help_text="matrix points to measure again"
+    )

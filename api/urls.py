@@ -1,18 +1,26 @@
 from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from api import views
 
 router = DefaultRouter()
 router.register("nodes", views.NodeViewSet, basename="node")
+router.register("interfaces", views.InterfaceViewSet, basename="interface")
+router.register("credentials", views.CredentialViewSet, basename="credential")
 router.register("storage-systems", views.StorageSystemViewSet, basename="storage-system")
+router.register("presets", views.PresetViewSet, basename="preset")
 router.register("campaigns", views.CampaignViewSet, basename="campaign")
 router.register("runs", views.RunViewSet, basename="run")
 router.register("results", views.ResultViewSet, basename="result")
+router.register("baselines", views.BaselineViewSet, basename="baseline")
+router.register("verdicts", views.VerdictViewSet, basename="verdict")
 
 app_name = "api"
 urlpatterns = [
-    path("campaigns/<int:pk>/launch/", views.CampaignLaunchView.as_view(), name="campaign-launch"),
-    path("campaigns/<int:pk>/cancel/", views.CampaignCancelView.as_view(), name="campaign-cancel"),
+    path("compare/", views.CompareView.as_view(), name="compare"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    path("redoc/", SpectacularRedocView.as_view(url_name="api:schema"), name="redoc"),
     path("", include(router.urls)),
 ]

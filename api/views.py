@@ -1,106 +1,375 @@
-"""Read-only resources and the campaign actions. Every error answers {"message": ..., "extra": {...}}."""
+"""Resources (viewsets with filtersets) and actions (small views calling services).
+
+Every queryset goes through the request's scope (accounts.selectors): another team's objects are not found
+(404), never forbidden. Services raise their own errors; api.errors turns them into the one error shape.
+"""
 
 from __future__ import annotations
 
-from django.db.models import F, QuerySet
-from django.shortcuts import get_object_or_404
-from rest_framework import viewsets
-from rest_framework.exceptions import ValidationError
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from api import serializers
-from campaigns import selectors, services
-from campaigns.models import Campaign, Result, Run
-from inventory import selectors as inventory_selectors
-from inventory.models import Node
+from accounts.models import Team
+from accounts.selectors import Scope, scope_for
+from api import filters, serializers
+from api.errors import error
+from api.models import IdempotentRequest
+from campaigns import baselines, selectors, services
+from campaigns.models import Baseline, Campaign, CampaignStatus, Result, Run, Verdict
+from campaigns.presets import preset_get, preset_list
+from campaigns.spec import SpecError, load_yaml
+from inventory.models import Credential, Interface, Node, StorageSystem
 
 
-def int_param(request: Request, name: str) -> int | None:
-    """An optional whole-number query parameter; a bad value is a 400 naming it."""
-    value = request.query_params.get(name)
-    if value in (None, ""):
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise ValidationError({name: [f"must be a whole number, got {value!r}"]}) from None
+class ScopedMixin:
+    """Views that see through the request's scope; ``scope`` is computed once per request."""
+
+    @property
+    def scope(self) -> Scope:
+        if not hasattr(self, "_scope"):
+            self._scope = scope_for(self.request)  # type: ignore[attr-defined]
+        return self._scope
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        return {**super().get_serializer_context(), "scope": self.scope}  # type: ignore[misc]
 
 
-class NodeViewSet(viewsets.ReadOnlyModelViewSet):
-    """Nodes; ``?status=``, ``?tag=`` and ``?gpu_model=`` narrow them."""
+class SharedInventoryGuard(ScopedMixin):
+    """Shared inventory (no team) is changed by staff in the admin; a team changes its own."""
+
+    def check_object_permissions(self, request: Request, obj: Any) -> None:
+        super().check_object_permissions(request, obj)  # type: ignore[misc]
+        if request.method not in ("GET", "HEAD", "OPTIONS") and obj.team_id is None and not request.user.is_superuser:
+            raise PermissionDenied("shared inventory is changed by staff, in the admin")
+
+
+def team_for_new(scope: Scope, name: str | None) -> Team | None:
+    """Where a new object goes: the named team (one of the caller's), else the caller's only team."""
+    if name:
+        team = scope.filter(Team.objects.filter(name=name), field="pk").first() if scope.team_ids else None
+        if team is None and scope.team_ids is None:
+            team = Team.objects.filter(name=name).first()
+        if team is None:
+            raise ValidationError({"team": [f"you are not a member of a team named {name!r}"]})
+        return team
+    if scope.team is None and scope.team_ids:
+        raise ValidationError({"team": ["you belong to several teams: say which one"]})
+    return scope.team
+
+
+class NodeViewSet(SharedInventoryGuard, viewsets.ModelViewSet):
+    """Compute nodes. Filters: ``status``, ``role``, ``tag``, ``gpu_model``, ``site``, ``name``."""
 
     serializer_class = serializers.NodeSerializer
+    filterset_class = filters.NodeFilter
 
     def get_queryset(self) -> QuerySet[Node]:
-        params = self.request.query_params
-        return inventory_selectors.node_list(**{key: params.get(key) for key in ("status", "tag", "gpu_model")})
+        nodes = Node.objects.select_related("site", "credential", "team").prefetch_related("tags")
+        return self.scope.filter(nodes).order_by("name")
+
+    def perform_destroy(self, instance: Node) -> None:
+        if hasattr(instance, "lease"):
+            raise services.CampaignError(f"node {instance.name} is in use by a running campaign", conflict=True)
+        instance.delete()
 
 
-class StorageSystemViewSet(viewsets.ReadOnlyModelViewSet):
-    queryset = inventory_selectors.storage_list()
+class InterfaceViewSet(ScopedMixin, viewsets.ReadOnlyModelViewSet):
+    """Network interfaces found by fact collection. Filters: ``node`` (name), ``role``."""
+
+    serializer_class = serializers.InterfaceSerializer
+    filterset_class = filters.InterfaceFilter
+
+    def get_queryset(self) -> QuerySet[Interface]:
+        return self.scope.filter(Interface.objects.select_related("node"), "node__team").order_by("node__name", "name")
+
+
+class CredentialViewSet(ScopedMixin, viewsets.ReadOnlyModelViewSet):
+    """SSH identities: name, user and public half; the private key never leaves the server."""
+
+    serializer_class = serializers.CredentialSerializer
+
+    def get_queryset(self) -> QuerySet[Credential]:
+        return self.scope.filter(Credential.objects.select_related("team")).order_by("name")
+
+
+class StorageSystemViewSet(SharedInventoryGuard, viewsets.ModelViewSet):
     serializer_class = serializers.StorageSystemSerializer
+    filterset_class = filters.StorageFilter
+
+    def get_queryset(self) -> QuerySet[StorageSystem]:
+        storage = StorageSystem.objects.select_related("site", "admin_credential", "team")
+        return self.scope.filter(storage).order_by("name")
+
+
+class PresetViewSet(ScopedMixin, viewsets.ViewSet):
+    """The seeds' campaigns, ready to instantiate against your inventory."""
+
+    lookup_field = "slug"
+    lookup_value_regex = r"[A-Za-z0-9_-]+"
+
+    @extend_schema(responses=serializers.PresetSerializer(many=True))
+    def list(self, request: Request) -> Response:
+        return Response(serializers.PresetSerializer([vars(p) for p in preset_list()], many=True).data)
+
+    @extend_schema(responses=serializers.PresetSerializer)
+    def retrieve(self, request: Request, slug: str) -> Response:
+        preset = preset_get(slug)
+        if preset is None:
+            raise NotFound(f"no preset named {slug!r}")
+        return Response(serializers.PresetSerializer(vars(preset)).data)
+
+    @extend_schema(request=serializers.PresetInstantiateSerializer, responses={201: serializers.CampaignSerializer})
+    @action(detail=True, methods=["post"])
+    def instantiate(self, request: Request, slug: str) -> Response:
+        form = serializers.PresetInstantiateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        team = team_for_new(self.scope, data.pop("team", None))
+        created = services.preset_instantiate(slug=slug, owner=request.user, team=team, **data)
+        rows = campaigns_queryset().filter(pk__in=[c.pk for c in created]).order_by("name")
+        return Response({"campaigns": serializers.CampaignSerializer(rows, many=True).data}, status=201)
 
 
 def campaigns_queryset() -> QuerySet[Campaign]:
-    return selectors.campaign_list().select_related("storage", "owner").prefetch_related("nodes", "node_tags")
+    return selectors.campaign_list().select_related("storage", "owner", "team").prefetch_related("nodes", "node_tags")
 
 
-class CampaignViewSet(viewsets.ReadOnlyModelViewSet):
+def definition_from(request: Request) -> tuple[dict[str, Any], str | None]:
+    form = serializers.CampaignDefinitionSerializer(data=request.data)
+    form.is_valid(raise_exception=True)
+    data = form.validated_data
+    spec = load_yaml(data["yaml"]) if "yaml" in data else dict(data["spec"])
+    spec.update({key: data[key] for key in ("name", "family") if key in data})
+    return spec, data.get("team")
+
+
+class IdempotentMixin:
+    """A POST with an ``Idempotency-Key`` header is answered once; a retry with that key gets the same answer."""
+
+    def idempotent(self, request: Request, act: Any) -> Response:
+        key = request.headers.get("Idempotency-Key", "").strip()
+        if not key:
+            return act()
+        if len(key) > 200:
+            raise ValidationError({"Idempotency-Key": ["at most 200 characters"]})
+        user = request.user
+        assert isinstance(user, get_user_model())  # IsAuthenticated ran first
+        seen = IdempotentRequest.objects.filter(user=user, key=key).first()
+        if seen is not None:
+            if (seen.method, seen.path) != (request.method, request.path):
+                return error("this Idempotency-Key was used for another request", 422, key=key, path=seen.path)
+            return Response(seen.body, status=seen.status_code, headers={"Idempotent-Replayed": "true"})
+        response: Response = act()
+        if response.status_code < 500:
+            try:
+                with transaction.atomic():
+                    IdempotentRequest.objects.create(user=user, key=key, method=request.method or "POST",
+                                                     path=request.path, status_code=response.status_code,
+                                                     body=response.data)  # fmt: skip
+            except IntegrityError:
+                pass  # a concurrent retry recorded it first; the state machine kept the action single
+        return response
+
+
+@extend_schema(parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False)])
+class CampaignViewSet(ScopedMixin, IdempotentMixin, viewsets.ModelViewSet):
+    """Campaigns as code: create and update from YAML (or the same as JSON); launch, cancel, re-run, judge.
+
+    Filters: ``status``, ``kind``, ``family``, ``name``.
+    """
+
     serializer_class = serializers.CampaignSerializer
+    filterset_class = filters.CampaignFilter
+    http_method_names = ["get", "post", "put", "delete", "head", "options"]
 
     def get_queryset(self) -> QuerySet[Campaign]:
-        return campaigns_queryset()
+        return self.scope.filter(campaigns_queryset())
+
+    def answer(self, campaign: Campaign, status: int = 200) -> Response:
+        return Response(serializers.CampaignSerializer(campaigns_queryset().get(pk=campaign.pk)).data, status=status)
+
+    @extend_schema(request=serializers.CampaignDefinitionSerializer, responses={201: serializers.CampaignSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        spec, team_name = definition_from(request)
+        team = team_for_new(self.scope, team_name)
+        if Campaign.objects.filter(name=spec.get("name")).exists():
+            raise SpecError("name", f"a campaign named {spec.get('name')!r} already exists; PUT updates a draft")
+        return self.answer(services.campaign_apply(data=spec, owner=request.user, team=team), 201)
+
+    @extend_schema(request=serializers.CampaignDefinitionSerializer, responses=serializers.CampaignSerializer)
+    def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        campaign = self.get_object()
+        spec, _ = definition_from(request)
+        if spec.get("name") != campaign.name:
+            raise SpecError("name", f"must stay {campaign.name!r}; clone the campaign to rename it")
+        return self.answer(services.campaign_apply(data=spec, owner=campaign.owner, team=campaign.team))
+
+    def perform_destroy(self, instance: Campaign) -> None:
+        if instance.status == CampaignStatus.RUNNING:
+            raise services.CampaignError(f"campaign {instance.name} is running: cancel it first", conflict=True)
+        instance.delete()
+
+    @extend_schema(responses={200: dict})
+    @action(detail=True, methods=["get"])
+    def preview(self, request: Request, pk: str) -> Response:
+        """How many runs it expands to and the exact command of each point on each host."""
+        return Response(selectors.campaign_preview(campaign=self.get_object()))
+
+    @extend_schema(request=None, responses=serializers.CampaignSerializer)
+    @action(detail=True, methods=["post"])
+    def launch(self, request: Request, pk: str) -> Response:
+        campaign = self.get_object()
+        return self.idempotent(request, lambda: self.answer(services.campaign_launch(campaign=campaign,
+                                                                                     user=request.user)))  # fmt: skip
+
+    @extend_schema(request=None, responses=serializers.CampaignSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str) -> Response:
+        return self.answer(services.campaign_cancel(campaign=self.get_object()))
+
+    @extend_schema(request=None, responses=serializers.CampaignSerializer)
+    @action(detail=True, methods=["post"], url_path="rerun-failed")
+    def rerun_failed(self, request: Request, pk: str) -> Response:
+        """New attempts of the failed, timed-out and cancelled runs of a finished campaign."""
+        campaign = self.get_object()
+        return self.idempotent(request, lambda: self._rerun(campaign, failed=True))
+
+    @extend_schema(request=serializers.RerunSerializer, responses=serializers.CampaignSerializer)
+    @action(detail=True, methods=["post"])
+    def rerun(self, request: Request, pk: str) -> Response:
+        """Fresh repetitions of chosen matrix points of a finished campaign."""
+        campaign = self.get_object()
+        form = serializers.RerunSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        return self.idempotent(request, lambda: self._rerun(campaign, points=form.validated_data.get("points", [])))
+
+    def _rerun(self, campaign: Campaign, **how: Any) -> Response:
+        services.campaign_rerun(campaign=campaign, **how)
+        return self.answer(campaign)
+
+    @extend_schema(methods=["GET"], responses=serializers.VerdictSerializer)
+    @extend_schema(methods=["POST"], request=serializers.VerdictRequestSerializer,
+                   responses={201: serializers.VerdictSerializer})  # fmt: skip
+    @action(detail=True, methods=["get", "post"])
+    def verdict(self, request: Request, pk: str) -> Response:
+        """GET: the latest verdict. POST: judge the finished campaign against its family's baseline (or
+        ``baseline``, a campaign id) now, with the policy's options overridden for this verdict."""
+        campaign = self.get_object()
+        if request.method == "GET":
+            verdict = campaign.verdicts.first()
+            if verdict is None:
+                raise NotFound(f"campaign {campaign.name} has no verdict yet")
+            return Response(serializers.VerdictSerializer(verdict).data)
+        form = serializers.VerdictRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        options = dict(form.validated_data)
+        if campaign.status not in (CampaignStatus.SUCCEEDED, CampaignStatus.FAILED):
+            raise services.CampaignError(f"campaign {campaign.name} is {campaign.status}: judge it once it has "
+                                         "finished", conflict=True)  # fmt: skip
+        other = None
+        if "baseline" in options:
+            other = self.get_queryset().filter(pk=options.pop("baseline")).first()
+            if other is None:
+                raise ValidationError({"baseline": ["no such campaign"]})
+        verdict = baselines.verdict_compute(campaign=campaign, baseline_campaign=other, overrides=options)
+        return Response(serializers.VerdictSerializer(verdict).data, status=201)
 
 
-class RunViewSet(viewsets.ReadOnlyModelViewSet):
-    """Runs; ``?campaign=<id>`` keeps one campaign's."""
+class RunViewSet(ScopedMixin, viewsets.ReadOnlyModelViewSet):
+    """Runs. Filters: ``campaign``, ``status``, ``point``."""
 
     serializer_class = serializers.RunSerializer
+    filterset_class = filters.RunFilter
 
     def get_queryset(self) -> QuerySet[Run]:
         runs = Run.objects.prefetch_related("hosts").order_by("campaign_id", "sequence")
-        campaign = int_param(self.request, "campaign")
-        return runs if campaign is None else runs.filter(campaign_id=campaign)
+        return self.scope.filter(runs, "campaign__team")
 
 
-class ResultViewSet(viewsets.ReadOnlyModelViewSet):
-    """Results; ``?campaign=<id>`` and ``?name=<metric>`` narrow them."""
+class ResultCursor(CursorPagination):
+    ordering = "-id"
+    page_size = 100
+    max_page_size = 1000
+    page_size_query_param = "limit"
+
+
+class ResultViewSet(ScopedMixin, viewsets.ReadOnlyModelViewSet):
+    """Metrics of runs, newest first, cursor-paginated. Filters: ``campaign``, ``run``, ``name`` (metric),
+    ``host`` (node; empty for aggregates), ``finished_after``/``finished_before``, and ``param.<name>=<value>``
+    for the matrix point's parameters."""
 
     serializer_class = serializers.ResultSerializer
+    filterset_class = filters.ResultFilter
+    pagination_class = ResultCursor
 
     def get_queryset(self) -> QuerySet[Result]:
-        results = Result.objects.annotate(campaign_id=F("run__campaign_id")).order_by("run_id", "name", "host", "id")
-        campaign = int_param(self.request, "campaign")
-        if campaign is not None:
-            results = results.filter(run__campaign_id=campaign)
-        name = self.request.query_params.get("name")
-        return results.filter(name=name) if name else results
+        results = self.scope.filter(Result.objects.select_related("run"), "run__campaign__team")
+        return filters.by_params(results, self.request.query_params)
 
 
-class CampaignActionView(APIView):
-    """POST /campaigns/<id>/<action>/: 409 for an invalid state transition, 400 for another refusal."""
+class BaselineViewSet(
+    ScopedMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet
+):  # fmt: skip
+    """Baselines of campaign families. POST makes a finished campaign (or some of its runs) the baseline of
+    its family; DELETE retires a baseline. Filters: ``family``, ``active``, ``campaign``."""
 
-    def post(self, request: Request, pk: int) -> Response:
-        campaign = get_object_or_404(Campaign, pk=pk)
-        try:
-            self.act(request, campaign)
-        except services.CampaignError as exc:
-            extra = {"field": exc.field} if exc.field else {}
-            return Response({"message": exc.message, "extra": extra}, status=409 if exc.conflict else 400)
-        data = serializers.CampaignSerializer(campaigns_queryset().get(pk=pk)).data
-        return Response(data)
+    serializer_class = serializers.BaselineSerializer
+    filterset_class = filters.BaselineFilter
 
-    def act(self, request: Request, campaign: Campaign) -> None:
-        raise NotImplementedError
+    def get_queryset(self) -> QuerySet[Baseline]:
+        rows = Baseline.objects.select_related("campaign", "team", "created_by").prefetch_related("runs")
+        return self.scope.filter(rows)
+
+    @extend_schema(request=serializers.BaselineCreateSerializer, responses={201: serializers.BaselineSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        form = serializers.BaselineCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        campaign = self.scope.filter(Campaign.objects.all()).filter(pk=form.validated_data["campaign"]).first()
+        if campaign is None:
+            raise ValidationError({"campaign": ["no such campaign"]})
+        runs = list(Run.objects.filter(pk__in=form.validated_data["runs"]))
+        if len(runs) != len(set(form.validated_data["runs"])):
+            raise ValidationError({"runs": ["no such run"]})
+        baseline = baselines.baseline_set(campaign=campaign, runs=runs, note=form.validated_data["note"],
+                                          user=request.user)  # fmt: skip
+        return Response(serializers.BaselineSerializer(baseline).data, status=201)
+
+    def perform_destroy(self, instance: Baseline) -> None:
+        Baseline.objects.filter(pk=instance.pk).update(active=False)
 
 
-class CampaignLaunchView(CampaignActionView):
-    def act(self, request: Request, campaign: Campaign) -> None:
-        services.campaign_launch(campaign=campaign, user=request.user)
+class VerdictViewSet(ScopedMixin, viewsets.ReadOnlyModelViewSet):
+    """Stored verdicts, newest first. Filters: ``campaign``, ``outcome``, ``final``."""
+
+    serializer_class = serializers.VerdictSerializer
+    filterset_class = filters.VerdictFilter
+
+    def get_queryset(self) -> QuerySet[Verdict]:
+        return self.scope.filter(Verdict.objects.select_related("baseline_campaign"), "campaign__team")
 
 
-class CampaignCancelView(CampaignActionView):
-    def act(self, request: Request, campaign: Campaign) -> None:
-        services.campaign_cancel(campaign=campaign)
+class CompareView(ScopedMixin, APIView):
+    """Side by side against the first: ``?campaigns=1,2``, ``?runs=10,11`` or ``?points=1:0,2:0``
+    (campaign:point). Each change is judged against the spread of the repetitions (``threshold_pct``,
+    ``alpha``)."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter(n, str, required=False) for n in ("campaigns", "runs", "points")]
+        + [OpenApiParameter("threshold_pct", float, required=False), OpenApiParameter("alpha", float, required=False)],
+        responses={200: dict},
+    )
+    def get(self, request: Request) -> Response:
+        sets = filters.comparison_sets(request.query_params, self.scope)
+        policy = baselines.verdicts.Policy.from_mapping(filters.numbers(request.query_params, "threshold_pct", "alpha"))
+        return Response(selectors.compare(sets=sets, policy=policy))

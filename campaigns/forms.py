@@ -116,10 +116,10 @@ class CampaignForm(forms.Form):
             spec["storage"] = data["storage"].name
         return spec
 
-    def save(self, *, owner: Any) -> Campaign | None:
+    def save(self, *, owner: Any, team: Any = None) -> Campaign | None:
         """Create the campaign; None (and the error shown on the form) when the definition is invalid."""
         try:
-            return services.campaign_apply(data=self.to_spec(), owner=owner)
+            return services.campaign_apply(data=self.to_spec(), owner=owner, team=team)
         except SpecError as exc:
             self.add_spec_error(exc)
         except services.CampaignError as exc:

@@ -74,9 +74,15 @@ def campaign_spec(*, campaign: Campaign) -> dict[str, Any]:
         data["container"] = dict(campaign.container)
     if campaign.launcher:
         data["launcher"] = dict(campaign.launcher)
+    if campaign.telemetry:
+        data["telemetry"] = dict(campaign.telemetry)
     for key in ("zip", "exclude", "overrides", "derived"):
         if campaign.rules.get(key):
             data[key] = campaign.rules[key]
+    if campaign.family:
+        data["family"] = campaign.family
+    if campaign.verdict:
+        data["verdict"] = dict(campaign.verdict)
     return data
 
 
@@ -156,3 +162,52 @@ def campaign_summary(*, campaign: Campaign) -> list[dict[str, Any]]:
         grouped.setdefault((point, name), {"point": point, "params": params, "metric": name, "unit": unit})
         values[(point, name)].append(value)
     return [{**meta, **describe(values[key])} for key, meta in grouped.items()]
+
+
+def compare(*, sets: list[tuple[str, Campaign, list[int] | None]], policy: Any = None) -> dict[str, Any]:
+    """Side by side: each set (a label, its campaign, and its runs or None for all) against the first one.
+
+    Whole campaigns are matched point by point (same parameters); single runs or points, metric by metric.
+    Every change is judged like a verdict (campaigns.verdicts), so a change within the spread of the
+    repetitions reads "no significant change" instead of a win or a loss.
+    """
+    from campaigns import baselines, verdicts
+
+    policy = policy or verdicts.Policy()
+    by_point = all(runs is None for _, _, runs in sets)
+    columns: list[dict[str, Any]] = []
+    tables: list[dict[tuple[str, str], Any]] = []
+    for label, campaign, runs in sets:
+        columns.append({"label": label, "campaign": campaign.pk, "campaign_name": campaign.name, "runs": runs})
+        table: dict[tuple[str, str], baselines.Series] = {}
+        for key, series in baselines.point_values(campaign=campaign, runs=runs).items():
+            cell = (key.params if by_point else "", key.metric)
+            if cell in table:  # several points folded into one column: pool their repetitions
+                table[cell].values.extend(series.values)
+            else:
+                table[cell] = baselines.Series(series.point, series.params, series.unit, list(series.values))
+        tables.append(table)
+    rows = []
+    reference = tables[0]
+    for row in sorted({k for t in tables for k in t}):
+        present = [t.get(row) for t in tables]
+        first = next(s for s in present if s is not None)
+        better_up = baselines.higher_is_better(sets[0][1].kind, row[1], first.unit)
+        base = reference.get(row)
+        cells: list[dict[str, Any] | None] = []
+        changes: list[dict[str, Any] | None] = []
+        for i, found in enumerate(present):
+            cells.append(describe(found.values) if found else None)
+            if i == 0:
+                changes.append(None)
+                continue
+            j = verdicts.judge(
+                baseline=base.values if base else [], candidate=found.values if found else [],
+                higher_is_better=better_up, policy=policy, metric=row[1], unit=first.unit,
+            )  # fmt: skip
+            changes.append({"change_pct": j.change_pct, "outcome": j.outcome, "p_value": j.p_value,
+                            "reason": j.reason})  # fmt: skip
+        rows.append({"params": first.params if by_point else {}, "metric": row[1], "unit": first.unit,
+                     "higher_is_better": better_up, "values": cells, "changes": changes})  # fmt: skip
+    return {"by_point": by_point, "policy": {"threshold_pct": policy.threshold_pct, "alpha": policy.alpha},
+            "columns": columns, "rows": rows}  # fmt: skip

@@ -17,9 +17,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from accounts.models import Team
 from campaigns import planning
 from campaigns import spec as spec_module
 from campaigns.models import (
@@ -55,8 +56,13 @@ class CampaignError(ValueError):
 # --- definition ---------------------------------------------------------------------------------
 
 
-def campaign_apply(*, data: dict[str, Any], owner: Any = None) -> Campaign:
-    """Create or update a campaign from its definition (campaign as code). All or nothing."""
+def in_team(queryset: QuerySet[Any], team: Team | None) -> QuerySet[Any]:
+    """What a campaign of ``team`` may use: shared inventory, and its own team's (a shared campaign: shared only)."""
+    return queryset.filter(Q(team=None) | Q(team=team)) if team is not None else queryset.filter(team=None)
+
+
+def campaign_apply(*, data: dict[str, Any], owner: Any = None, team: Team | None = None) -> Campaign:
+    """Create or update a campaign of ``team`` from its definition (campaign as code). All or nothing."""
     spec = spec_module.validate(data)
     limit = settings.RACKBENCH["MAX_RUNS_PER_CAMPAIGN"]
     size = planning.product_size(spec["matrix"], spec["rules"])
@@ -73,29 +79,31 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None) -> Campaign:
     )
     if count > limit:
         raise SpecError("matrix", f"expands to {count:,} runs, more than the limit of {limit:,} (RACKBENCH_MAX_RUNS)")
-    nodes = _resolve_nodes(spec["nodes"])
+    nodes = _resolve_nodes(spec["nodes"], team)
     tags = _resolve_tags(spec["node_tags"])
-    storage = _resolve_storage(spec["storage"])
-    _check_node_axis(spec, available=len(select_nodes(nodes, tags)))
+    storage = _resolve_storage(spec["storage"], team)
+    _check_node_axis(spec, available=len(select_nodes(nodes, tags, team)))
     if spec["mounts"]:
         try:
             spec["mounts"] = validate_mounts(spec["mounts"], storage)
         except ParamError as exc:
             raise SpecError(exc.field, exc.message) from None
     login_node = spec["launcher"].get("login_node")
-    if login_node and not Node.objects.filter(name=login_node).exists():
+    if login_node and not in_team(Node.objects.filter(name=login_node), team).exists():
         raise SpecError("launcher.login_node", f"no node named {login_node!r} in the inventory")
     if spec["flush_storage"] and storage is None:
         raise SpecError("cache.flush_storage", "is true but the campaign names no storage system")
     with transaction.atomic():
         campaign = Campaign.objects.select_for_update().filter(name=spec["name"]).first()
+        if campaign and campaign.team_id != (team.pk if team else None):
+            raise SpecError("name", f"the name {campaign.name!r} is taken by another team's campaign; choose another")
         if campaign and campaign.status != CampaignStatus.DRAFT:
             raise CampaignError(
                 f"campaign {campaign.name} is {campaign.status}; a launched campaign cannot be changed "
                 f"(clone it: manage.py campaign clone {campaign.name} NEW_NAME)",
                 conflict=True,
             )
-        campaign = campaign or Campaign(name=spec["name"], owner=owner)
+        campaign = campaign or Campaign(name=spec["name"], owner=owner, team=team)
         campaign.description = spec["description"]
         campaign.kind = spec["kind"]
         campaign.matrix = spec["matrix"]
@@ -104,6 +112,7 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None) -> Campaign:
         campaign.mounts = spec["mounts"]
         campaign.container = spec["container"]
         campaign.launcher = spec["launcher"]
+        campaign.telemetry = spec["telemetry"]
         campaign.rules = spec["rules"]
         campaign.storage = storage
         campaign.repetitions = spec["repetitions"]
@@ -111,16 +120,18 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None) -> Campaign:
         campaign.flush_clients = spec["flush_clients"]
         campaign.flush_storage = spec["flush_storage"]
         campaign.run_timeout_s = spec["timeout"]
+        campaign.family = spec["family"]
+        campaign.verdict = spec["verdict"]
         campaign.save()
         campaign.nodes.set(nodes)
         campaign.node_tags.set(tags)
     return campaign
 
 
-def select_nodes(explicit: list[Node], tags: list[Tag]) -> list[Node]:
-    """The named nodes plus every active node with one of the tags, in name order (runs use this order)."""
+def select_nodes(explicit: list[Node], tags: list[Tag], team: Team | None) -> list[Node]:
+    """The named nodes plus every active node of the team with one of the tags, in name order (runs use it)."""
     nodes = {n.pk: n for n in explicit}
-    for node in Node.objects.filter(tags__in=tags, status=NodeStatus.ACTIVE).distinct():
+    for node in in_team(Node.objects.filter(tags__in=tags, status=NodeStatus.ACTIVE), team).distinct():
         nodes.setdefault(node.pk, node)
     return sorted(nodes.values(), key=lambda n: n.name)
 
@@ -133,8 +144,8 @@ def _check_node_axis(spec: dict[str, Any], *, available: int) -> None:
         raise SpecError("matrix.nodes", f"asks for {max(too_many)} nodes but the campaign selects {available}")
 
 
-def _resolve_nodes(names: list[str]) -> list[Node]:
-    found = {n.name: n for n in Node.objects.filter(name__in=names)}
+def _resolve_nodes(names: list[str], team: Team | None) -> list[Node]:
+    found = {n.name: n for n in in_team(Node.objects.filter(name__in=names), team)}
     for i, name in enumerate(names):
         if name not in found:
             raise SpecError(f"nodes[{i}]", f"no node named {name!r} in the inventory")
@@ -149,10 +160,10 @@ def _resolve_tags(names: list[str]) -> list[Tag]:
     return [found[n] for n in names]
 
 
-def _resolve_storage(name: str) -> StorageSystem | None:
+def _resolve_storage(name: str, team: Team | None) -> StorageSystem | None:
     if not name:
         return None
-    storage = StorageSystem.objects.filter(name=name).first()
+    storage = in_team(StorageSystem.objects.filter(name=name), team).first()
     if storage is None:
         raise SpecError("storage", f"no storage system named {name!r} in the inventory")
     return storage
@@ -166,6 +177,7 @@ def preset_instantiate(
     node_tags: list[str] | None = None,
     storage: str = "",
     owner: Any = None,
+    team: Team | None = None,
 ) -> list[Campaign]:
     """Create the campaigns of a preset against this inventory, all of them or none."""
     from campaigns.presets import preset_get
@@ -184,18 +196,21 @@ def preset_instantiate(
                 raise SpecError("name", f"a campaign named {data['name']!r} already exists")
             data.setdefault("description", f"{preset.title} (preset {slug}; seed {preset.seed})")
             data.update(nodes=nodes or [], node_tags=node_tags or [], storage=storage)
-            created.append(campaign_apply(data=data, owner=owner))
+            data.setdefault("family", f"{slug}-{part['suffix']}" if part.get("suffix") else slug)
+            created.append(campaign_apply(data=data, owner=owner, team=team))
     return created
 
 
 def campaign_clone(*, campaign: Campaign, name: str, owner: Any = None) -> Campaign:
+    """A draft copy of ``campaign`` in the same team and family (a clone measures the same thing again)."""
     from campaigns.selectors import campaign_spec
 
     data = campaign_spec(campaign=campaign)
     data["name"] = name
     if Campaign.objects.filter(name=name).exists():
         raise SpecError("name", f"a campaign named {name!r} already exists")
-    return campaign_apply(data=data, owner=owner)
+    data.setdefault("family", campaign.family_name)
+    return campaign_apply(data=data, owner=owner, team=campaign.team)
 
 
 # --- launch and scheduling ----------------------------------------------------------------------
@@ -203,7 +218,7 @@ def campaign_clone(*, campaign: Campaign, name: str, owner: Any = None) -> Campa
 
 def campaign_target_nodes(*, campaign: Campaign) -> list[Node]:
     """The nodes a run of the campaign uses: the named ones plus active nodes with a selected tag."""
-    return select_nodes(list(campaign.nodes.all()), list(campaign.node_tags.all()))
+    return select_nodes(list(campaign.nodes.all()), list(campaign.node_tags.all()), campaign.team)
 
 
 def campaign_transition(*, campaign: Campaign, old: str, new: str, **fields: Any) -> bool:
@@ -247,11 +262,7 @@ def campaign_launch(*, campaign: Campaign, user: Any = None) -> Campaign:
             )
             for p in planned
         )
-        RunHost.objects.bulk_create(
-            RunHost(run=run, node=node, host=node.name, address=node.address, command="", remote_dir="")
-            for run in runs
-            for node in planning.nodes_for(run.params, nodes)
-        )
+        _create_run_hosts(runs, nodes)
         transaction.on_commit(lambda: campaign_advance_task.delay(campaign.pk))
     campaign.refresh_from_db()
     return campaign
@@ -307,9 +318,68 @@ def campaign_finish(*, campaign: Campaign) -> bool:
     failed = campaign.runs.exclude(status=RunStatus.SUCCEEDED).exists()
     status = CampaignStatus.FAILED if failed else CampaignStatus.SUCCEEDED
     done = campaign_transition(campaign=campaign, old=CampaignStatus.RUNNING, new=status, finished_at=timezone.now())
-    if done:
+    if not done:
+        return False
+    campaign.status = status
+    from campaigns.baselines import campaign_judge
+
+    verdict = campaign_judge(campaign=campaign)
+    if verdict is None or verdict.final:  # else: suspected regressions are being re-run, the campaign goes on
         _teardown_after(campaign)
-    return done
+    return True
+
+
+def campaign_rerun(*, campaign: Campaign, points: list[int] | None = None, failed: bool = False) -> list[Run]:
+    """Run more of a finished campaign: new attempts of its failed runs (``failed``), or fresh repetitions of
+    matrix ``points`` (a suspected regression measured again). The campaign goes back to running."""
+    from campaigns.tasks import campaign_advance_task
+
+    with transaction.atomic():
+        campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
+        if campaign.status not in (CampaignStatus.SUCCEEDED, CampaignStatus.FAILED):
+            raise CampaignError(f"campaign {campaign.name} is {campaign.status}; only a finished one re-runs",
+                                conflict=True)  # fmt: skip
+        runs = campaign.runs.order_by("sequence")
+        last = runs.last()
+        sequence = last.sequence if last else 0
+        if failed:
+            retried = {(r.point, r.repetition, r.is_warmup) for r in runs if r.status == RunStatus.SUCCEEDED}
+            todo = {}
+            for run in runs.exclude(status=RunStatus.SUCCEEDED):
+                key = (run.point, run.repetition, run.is_warmup)
+                if key not in retried:
+                    todo[key] = (run.point, run.params, run.repetition, run.is_warmup, run.attempt + 1)
+            planned = list(todo.values())
+        else:
+            chosen = set(points or [])
+            firsts = {r.point: r for r in runs.filter(is_warmup=False, point__in=chosen)}
+            top = {p: max(r.repetition for r in runs if r.point == p and not r.is_warmup) for p in firsts}
+            planned = [
+                (p, firsts[p].params, top[p] + i + 1, False, 1)
+                for p in sorted(firsts)
+                for i in range(campaign.repetitions)
+            ]
+        if not planned:
+            raise CampaignError("nothing to re-run: " + ("no failed run" if failed else "no such matrix point"),
+                                field="points" if not failed else "")  # fmt: skip
+        nodes = campaign_target_nodes(campaign=campaign)
+        new = Run.objects.bulk_create(
+            Run(campaign=campaign, sequence=sequence + i + 1, point=point, params=params, repetition=rep,
+                is_warmup=warm, attempt=attempt)
+            for i, (point, params, rep, warm, attempt) in enumerate(planned)
+        )  # fmt: skip
+        _create_run_hosts(new, nodes)
+        campaign_transition(campaign=campaign, old=campaign.status, new=CampaignStatus.RUNNING, finished_at=None)
+        transaction.on_commit(lambda: campaign_advance_task.delay(campaign.pk))
+    return new
+
+
+def _create_run_hosts(runs: list[Run], nodes: list[Node]) -> None:
+    RunHost.objects.bulk_create(
+        RunHost(run=run, node=node, host=node.name, address=node.address, command="", remote_dir="")
+        for run in runs
+        for node in planning.nodes_for(run.params, nodes)
+    )
 
 
 def _teardown_after(campaign: Campaign) -> None:

@@ -19,6 +19,8 @@ Format (see examples/campaigns/ and the README)::
     launcher: {kind: slurm, login_node: login1, partition: gpu, time: "01:00:00", extra: ["--gres=gpu:8"]}
                                       # submit each run's main command with sbatch on a login node (see the
                                       # README's Slurm section); absent or {kind: direct}: started over SSH
+    telemetry: {interval: 1s, fast: [net], fast_interval: 1ms, groups: [cpu, mem, net, rdma, nfs, disk, gpu]}
+                                      # samplers on every host during each run (runners/telemetry.py)
     matrix:                           # full cross product, in this order
       rw: [read, randread]
       numjobs: [1, 4, 16]
@@ -42,7 +44,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 TOP_LEVEL = {
     "name", "description", "kind", "nodes", "node_tags", "storage", "repetitions", "warmup_runs", "cache",
     "timeout", "fixed", "matrix", "env", "zip", "exclude", "overrides", "derived", "mounts", "container",
-    "launcher",
+    "launcher", "family", "verdict", "telemetry",
 }  # fmt: skip
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CACHE_KEYS = {"flush_clients", "flush_storage"}
@@ -163,14 +165,57 @@ def validate(data: dict[str, Any]) -> dict[str, Any]:
         "mounts": data.get("mounts") or {},  # checked against the storage system by campaign_apply
         "container": _container(data.get("container")),
         "launcher": _launcher(data.get("launcher")),  # its login node is checked by campaign_apply
+        "telemetry": _telemetry(data.get("telemetry")),
         "rules": rules,
+        "family": _family(data.get("family")),
+        "verdict": _verdict(data.get("verdict")),
     }
     if not isinstance(spec["storage"], str):
         raise SpecError("storage", "must be the name of a storage system")
     if not spec["nodes"] and not spec["node_tags"]:
         raise SpecError("nodes", "select at least one node (nodes: [...] or node_tags: [...])")
+    if spec["telemetry"] and spec["launcher"]:
+        raise SpecError("telemetry", "samplers are not supported under Slurm yet: use launcher: {kind: direct}")
     _validate_points(benchmark, spec)
     return spec
+
+
+def _family(value: Any) -> str:
+    if value in (None, ""):
+        return ""
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise SpecError("family", "letters, digits, '.', '_' or '-', up to 100 characters")
+    return value
+
+
+VERDICT_KEYS = {"threshold_pct", "alpha", "min_repetitions", "rerun_regressions", "metrics", "webhook"}
+
+
+def _verdict(value: Any) -> dict[str, Any]:
+    """How a finished campaign is judged against its family's baseline, and who is told."""
+    from campaigns.verdicts import Policy, PolicyError
+
+    if value in (None, {}):
+        return {}
+    if not isinstance(value, dict):
+        raise SpecError("verdict", f"must be a mapping with keys {sorted(VERDICT_KEYS)}")
+    unknown = sorted(set(value) - VERDICT_KEYS)
+    if unknown:
+        raise SpecError(f"verdict.{unknown[0]}", f"unknown field (known: {', '.join(sorted(VERDICT_KEYS))})")
+    policy = {k: v for k, v in value.items() if k in {"threshold_pct", "alpha", "min_repetitions"}}
+    try:
+        Policy.from_mapping(policy)
+    except PolicyError as exc:
+        raise SpecError(f"verdict.{exc.field}", exc.message) from None
+    if not isinstance(value.get("rerun_regressions", False), bool):
+        raise SpecError("verdict.rerun_regressions", "must be true or false")
+    metrics = value.get("metrics", [])
+    if not isinstance(metrics, list) or not all(isinstance(m, str) and m for m in metrics):
+        raise SpecError("verdict.metrics", "must be a list of metric names (empty: every metric)")
+    webhook = value.get("webhook", "")
+    if not isinstance(webhook, str) or (webhook and not re.match(r"^https?://[^\s]+$", webhook)):
+        raise SpecError("verdict.webhook", "must be an http:// or https:// URL")
+    return dict(value)
 
 
 def _env(value: Any) -> dict[str, str]:
@@ -213,6 +258,16 @@ def _launcher(value: Any) -> dict[str, Any]:
 
     try:
         return validate_launcher(value)
+    except ParamError as exc:
+        raise SpecError(exc.field, exc.message) from None
+
+
+def _telemetry(value: Any) -> dict[str, Any]:
+    """Samplers on every host during runs (runners/telemetry.py): {} when off."""
+    from runners.telemetry import validate_telemetry
+
+    try:
+        return validate_telemetry(value)
     except ParamError as exc:
         raise SpecError(exc.field, exc.message) from None
 

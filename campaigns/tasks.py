@@ -64,3 +64,27 @@ def reconcile_runs() -> dict[str, int]:
         campaign_advance_task.delay(campaign.pk)
         counts["advanced"] += 1
     return counts
+
+
+@shared_task(bind=True, soft_time_limit=30, time_limit=45, max_retries=5)
+def verdict_webhook_task(self: Task, verdict_id: int) -> str:
+    """POST the verdict to the campaign's webhook; retried with backoff while the receiver fails."""
+    import urllib.error
+    import urllib.request
+
+    from campaigns.baselines import webhook_request
+    from campaigns.models import Verdict
+
+    verdict = Verdict.objects.select_related("campaign").get(pk=verdict_id)
+    url, body, headers = webhook_request(verdict)
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=body, headers=headers), timeout=10) as resp:
+            status = f"{resp.status} at {timezone.now():%Y-%m-%d %H:%M:%S}"
+    except (urllib.error.URLError, OSError) as exc:
+        status = f"failed (attempt {self.request.retries + 1}): {exc}"
+        Verdict.objects.filter(pk=verdict_id).update(webhook_status=status[:200])
+        if self.request.retries < (self.max_retries or 0):
+            raise self.retry(countdown=min(300, 5 * 2**self.request.retries)) from exc
+        return status
+    Verdict.objects.filter(pk=verdict_id).update(webhook_status=status[:200])
+    return status

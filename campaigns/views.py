@@ -5,15 +5,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.crypto import constant_time_compare
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_POST
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from accounts.selectors import Scope, visible
 from campaigns import selectors, services
 from campaigns.forms import CampaignForm
+from campaigns.metrics import RackbenchCollector
 from campaigns.models import Campaign, CampaignStatus, Run, RunHost
 from runners.benchmarks.base import ParamError
 
@@ -26,13 +31,13 @@ def _is_htmx(request: HttpRequest) -> bool:
 
 @login_required
 def campaign_list(request: HttpRequest) -> HttpResponse:
-    campaigns = selectors.campaign_list().select_related("owner")
+    campaigns = visible(selectors.campaign_list().select_related("owner", "team"), request=request)
     return render(request, "campaigns/campaign_list.html", {"campaigns": campaigns})
 
 
 @login_required
 def campaign_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    campaign = get_object_or_404(Campaign.objects.select_related("storage", "owner"), pk=pk)
+    campaign = get_object_or_404(visible(Campaign.objects.select_related("storage", "owner"), request=request), pk=pk)
     context = {
         "campaign": campaign,
         "progress": selectors.campaign_progress(campaign=campaign),
@@ -46,12 +51,13 @@ def campaign_detail(request: HttpRequest, pk: int) -> HttpResponse:
             response["HX-Refresh"] = "true"
         return response
     context["summary"] = selectors.campaign_summary(campaign=campaign)
+    context["verdict"] = campaign.verdicts.select_related("baseline_campaign").first()
     return render(request, "campaigns/campaign_detail.html", context)
 
 
 @login_required
 def campaign_preview(request: HttpRequest, pk: int) -> HttpResponse:
-    campaign = get_object_or_404(Campaign, pk=pk)
+    campaign = get_object_or_404(visible(Campaign.objects.all(), request=request), pk=pk)
     context: dict[str, Any] = {"campaign": campaign}
     try:
         context["preview"] = selectors.campaign_preview(campaign=campaign)
@@ -64,7 +70,7 @@ def campaign_preview(request: HttpRequest, pk: int) -> HttpResponse:
 def campaign_new(request: HttpRequest) -> HttpResponse:
     form = CampaignForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        campaign = form.save(owner=request.user)
+        campaign = form.save(owner=request.user, team=Scope(user=request.user).team)
         if campaign is not None:
             messages.success(request, f"Campaign {campaign.name} created.")
             if "launch" in request.POST:
@@ -76,7 +82,7 @@ def campaign_new(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def campaign_launch(request: HttpRequest, pk: int) -> HttpResponse:
-    campaign = get_object_or_404(Campaign, pk=pk)
+    campaign = get_object_or_404(visible(Campaign.objects.all(), request=request), pk=pk)
     _launch(request, campaign)
     return redirect("campaigns:campaign-detail", pk=campaign.pk)
 
@@ -93,7 +99,7 @@ def _launch(request: HttpRequest, campaign: Campaign) -> None:
 @login_required
 @require_POST
 def campaign_cancel(request: HttpRequest, pk: int) -> HttpResponse:
-    campaign = get_object_or_404(Campaign, pk=pk)
+    campaign = get_object_or_404(visible(Campaign.objects.all(), request=request), pk=pk)
     try:
         services.campaign_cancel(campaign=campaign)
     except services.CampaignError as exc:
@@ -109,6 +115,8 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         run = selectors.run_detail(run_id=pk)
     except Run.DoesNotExist:
         raise Http404("no such run") from None
+    if not visible(Campaign.objects.filter(pk=run.campaign_id), request=request).exists():
+        raise Http404("no such run")
     context = {
         "run": run,
         "tail_chars": TAIL_CHARS,
@@ -122,7 +130,8 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 def run_host_log(request: HttpRequest, pk: int, host_pk: int) -> HttpResponse:
-    host = get_object_or_404(RunHost.objects.select_related("run__campaign"), pk=host_pk, run_id=pk)
+    hosts = visible(RunHost.objects.select_related("run__campaign"), request=request, field="run__campaign__team")
+    host = get_object_or_404(hosts, pk=host_pk, run_id=pk)
     text = (
         f"# {host.run} on {host.host} ({host.address}), exit code {host.exit_code}\n"
         f"# command: {host.command}\n\n"
@@ -131,3 +140,13 @@ def run_host_log(request: HttpRequest, pk: int, host_pk: int) -> HttpResponse:
     response = HttpResponse(text, content_type="text/plain; charset=utf-8")
     response["Content-Disposition"] = content_disposition_header(False, f"run-{pk}-{host.host}.log.txt") or ""
     return response
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus exposition of rackbench's own state; with RACKBENCH_METRICS_TOKEN set, a bearer token is needed."""
+    token = settings.RACKBENCH["METRICS_TOKEN"]
+    if token and not constant_time_compare(request.headers.get("Authorization", ""), f"Bearer {token}"):
+        return HttpResponse("a bearer token is needed\n", status=401, content_type="text/plain")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RackbenchCollector())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -8,6 +8,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
+from accounts.selectors import visible
 from inventory import selectors
 from inventory.models import Node, NodeStatus, Tag
 
@@ -18,7 +19,7 @@ NODE_FILTERS = ("status", "tag", "gpu_model")
 def node_list(request: HttpRequest) -> HttpResponse:
     filters = {key: request.GET.get(key, "").strip() for key in NODE_FILTERS}
     context = {
-        "nodes": selectors.node_list(**filters),
+        "nodes": visible(selectors.node_list(**filters), request=request),
         "filters": filters,
         "filtered": any(filters.values()),
         "statuses": NodeStatus.choices,
@@ -33,11 +34,11 @@ def node_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    node = get_object_or_404(selectors.node_list(), pk=pk)
+    node = get_object_or_404(visible(selectors.node_list(), request=request), pk=pk)
     context = {
         "node": node,
         "interfaces": node.interfaces.all(),
-        "campaigns": node.campaigns.order_by("-created_at")[:20],
+        "campaigns": visible(node.campaigns.order_by("-created_at"), request=request)[:20],
         "facts_json": json.dumps(node.facts, indent=2, sort_keys=True),
     }
     return render(request, "inventory/node_detail.html", context)
@@ -45,4 +46,6 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 def storage_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "inventory/storage_list.html", {"systems": selectors.storage_list()})
+    return render(
+        request, "inventory/storage_list.html", {"systems": visible(selectors.storage_list(), request=request)}
+    )

@@ -119,15 +119,31 @@ LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
 
 REST_FRAMEWORK = {
-    # Basic is for scripts until per-user API tokens exist; serve the API over TLS only.
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "api.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.BasicAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "api.authentication.TokenScopePermission",
+    ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PARSER_CLASSES": ["api.parsers.StrictJSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "rackbench API",
+    "DESCRIPTION": "Inventory, campaigns, runs, results, baselines and verdicts. Every error answers "
+    '{"message": ..., "extra": {...}}.',
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
 }
 
 # --- Celery -------------------------------------------------------------------------------------
@@ -165,6 +181,10 @@ RACKBENCH: dict[str, Any] = {
     # Fernet keys (comma-separated, newest first) that encrypt credentials at rest.
     "ENCRYPTION_KEYS": env_list("RACKBENCH_ENCRYPTION_KEYS", []),
     "MAX_RUNS_PER_CAMPAIGN": env_int("RACKBENCH_MAX_RUNS", 10_000, minimum=1),
+    # Signs each verdict webhook (X-Rackbench-Signature: sha256=HMAC of the body); empty: unsigned.
+    "WEBHOOK_SECRET": env_str("RACKBENCH_WEBHOOK_SECRET", ""),
+    # Guards /metrics (Authorization: Bearer <token>); empty: open, it shows counts only.
+    "METRICS_TOKEN": env_str("RACKBENCH_METRICS_TOKEN", ""),
     "SSH_CONNECT_TIMEOUT": env_float("RACKBENCH_SSH_CONNECT_TIMEOUT", 10.0, minimum=0.1),
     "SSH_COMMAND_TIMEOUT": env_float("RACKBENCH_SSH_COMMAND_TIMEOUT", 120.0, minimum=0.1),
     "SSH_KEEPALIVE": env_int("RACKBENCH_SSH_KEEPALIVE", 15, minimum=0),

@@ -21,7 +21,7 @@ from campaigns.models import Run, RunHost, RunStatus
 from campaigns.planning import benchmark_params, run_env
 from inventory.crypto import decrypt
 from inventory.models import Node
-from runners import remote, ssh
+from runners import remote, ssh, telemetry
 from runners.benchmarks.base import (
     Benchmark,
     HostCommand,
@@ -57,6 +57,7 @@ class HostJob(RunTarget):
     service: HostCommand | None = None
     root: str = ""  # rackbench's directory on the host (run directories, data, container keys)
     login: remote.Target | None = None  # on the primary under Slurm: the login node its main is submitted on
+    telemetry_dir: str = ""  # the sampler's job directory, when the campaign samples telemetry (runners.telemetry)
 
     @property
     def service_dir(self) -> str:
@@ -306,6 +307,8 @@ def run_prepare(run: Run) -> list[HostJob]:
     provenance["mounts"] = mount_storage(run, jobs)  # first: the data directories live on the mounts
     provenance["container"] = start_containers(run, jobs)
     _raise_first(_fan_out(jobs, _prepare_host))
+    if run.campaign.telemetry:
+        provenance["telemetry"] = telemetry.prepare(run, jobs)
     if benchmark.uses_mpi and len(jobs) > 1:
         _mirror_primary_files(jobs)
         if not options:  # in a Slurm allocation mpirun reaches its hosts through Slurm, not over SSH
@@ -531,7 +534,7 @@ def _flush(target: remote.Target, command: str, label: str, what: str) -> dict[s
 
 
 def run_submit(jobs: list[HostJob]) -> None:
-    """Start the services, wait until they accept work, then start every main command at once.
+    """Start the services, wait until they accept work, start the telemetry samplers, then every main command.
 
     If any host refuses, everything already started is stopped again.
     """
@@ -545,10 +548,12 @@ def run_submit(jobs: list[HostJob]) -> None:
     try:
         _raise_first(_fan_out(services, lambda j: remote.job_submit(j.target, j.service_dir)))
         _raise_first(_fan_out(services, _wait_ready))
+        telemetry.start(jobs)
         _raise_first(_fan_out(mains, lambda j: remote.job_submit(j.target, j.context.run_dir)))
     except Exception:
         _fan_out(mains, lambda j: remote.job_kill(j.target, j.context.run_dir))
         _fan_out(services, lambda j: remote.job_kill(j.target, j.service_dir))
+        _fan_out([j for j in jobs if j.telemetry_dir], lambda j: remote.job_kill(j.target, j.telemetry_dir))
         raise
 
 
@@ -651,6 +656,7 @@ def run_collect(run: Run) -> tuple[str, str]:
     command exited 0.
     """
     benchmark = get_benchmark(run.campaign.kind)
+    telemetry.stop(run, run_targets(run, started=True))  # first: the samplers record the benchmark, not this
     hosts = main_targets(run)
     login = slurm_login(run)
     if login is not None:
@@ -683,6 +689,7 @@ def run_collect(run: Run) -> tuple[str, str]:
     stop_services(run)
     metrics = per_host + benchmark.aggregate(per_host) if per_host else []
     services.run_store_results(run=run, metrics=metrics)
+    telemetry.collect(run, run_targets(run, started=True))  # after the results: it adds its summaries to them
     if not errors:
         errors += benchmark.missing(metrics, [h.row.host for h in hosts])
         errors += benchmark.check(run.params, metrics, logs)
@@ -732,11 +739,12 @@ def run_kill(run: Run) -> None:
     jobs += [
         (h.target, f"{h.row.remote_dir}/{SERVICE_DIR}") for h in run_targets(run, started=True) if h.row.service_command
     ]
+    jobs += telemetry.kill_jobs(run, run_targets(run, started=True))
     _raise_first(_fan_out(jobs, lambda job: remote.job_kill(*job)))
 
 
 def run_keep_output(run: Run) -> None:
-    """Store what a stopped run printed (best effort: a host that cannot be reached keeps nothing)."""
+    """Store what a stopped run printed and sampled (best effort: a host that cannot be reached keeps nothing)."""
     hosts = main_targets(run)
     login = slurm_login(run)
     outputs = _fan_out(hosts, lambda h: remote.job_output(login or h.target, h.row.remote_dir))
@@ -746,3 +754,4 @@ def run_keep_output(run: Run) -> None:
     Run.objects.filter(pk=run.pk).update(
         stdout_tail=_tails([(r.host, o[0]) for r, o in kept]), stderr_tail=_tails([(r.host, o[1]) for r, o in kept])
     )
+    telemetry.collect(run, run_targets(run, started=True))

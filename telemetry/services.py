@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -158,15 +158,16 @@ def _chunks_insert(chunks: Sequence[Chunk]) -> None:
             copy.write_row((c.series_id, c.seq, c.t0_ns, c.t1_ns, c.count, c.min, c.max, c.sum, c.data))
 
 
-def run_telemetry_summarize(*, run: Run) -> list[Result]:
+def run_telemetry_summarize(*, run: Run, skip: Collection[str] = ()) -> list[Result]:
     """Record each series' mean, p99 and max (of the rate, for counters) as results of the run.
 
     Named ``<series name>.<stat>`` with the series' host and labels, e.g. ``net.rx_bytes.max`` in B/s: the peak
-    link throughput over one sampling interval. Recording again replaces what an earlier call recorded.
+    link throughput over one sampling interval. Series named in ``skip`` (details such as per-core utilisation,
+    whose summaries would swamp the results) are left out. Recording again replaces what an earlier call recorded.
     """
     results = []
     with transaction.atomic():
-        for series in Series.objects.filter(run=run).order_by("host", "name", "labels_key"):
+        for series in Series.objects.filter(run=run).exclude(name__in=skip).order_by("host", "name", "labels_key"):
             names = [f"{series.name}.{stat}" for stat in SUMMARY_STATS]
             Result.objects.filter(run=run, host=series.host, name__in=names, labels=series.labels).delete()
             summary = selectors.series_summary(series=series)

@@ -82,13 +82,38 @@ def group_alive(pgid: int | None) -> bool:
 
 
 @pytest.fixture
-def owner(django_user_model: Any) -> Any:
-    return django_user_model.objects.create_user("owner", password="pw-owner-123")
+def team(db: Any) -> Any:
+    """The owner's team ("blue"); the outsider is in another one ("red")."""
+    from accounts.services import team_create
+
+    return team_create(name="blue")
+
+
+@pytest.fixture
+def owner(django_user_model: Any, team: Any) -> Any:
+    from accounts.services import team_add_member
+
+    user = django_user_model.objects.create_user("owner", password="pw-owner-123")
+    team_add_member(team=team, user=user, role="admin")
+    return user
+
+
+@pytest.fixture
+def member(django_user_model: Any, team: Any) -> Any:
+    from accounts.services import team_add_member
+
+    user = django_user_model.objects.create_user("member", password="pw-member-123")
+    team_add_member(team=team, user=user)
+    return user
 
 
 @pytest.fixture
 def outsider(django_user_model: Any) -> Any:
-    return django_user_model.objects.create_user("outsider", password="pw-outsider-123")
+    from accounts.services import team_add_member, team_create
+
+    user = django_user_model.objects.create_user("outsider", password="pw-outsider-123")
+    team_add_member(team=team_create(name="red"), user=user)
+    return user
 
 
 # --- the lab ----------------------------------------------------------------------------------------

@@ -1,0 +1,62 @@
+"""Who sees what: every list and lookup of team-owned objects goes through ``visible``."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from django.db.models import Model, Q, QuerySet
+
+from accounts.models import ApiToken, Team
+
+M = TypeVar("M", bound=Model)
+
+
+class Scope:
+    """The teams a request acts for: a token's one team, a user's teams, or every team for a superuser.
+
+    ``team`` is where new objects go: the token's team, or the user's only team (None when they have
+    several or none: the caller must then say which).
+    """
+
+    def __init__(self, *, user: Any, token: ApiToken | None = None) -> None:
+        self.user = user
+        self.token = token
+        if token is not None:
+            self.team_ids: list[int] | None = [token.team_id]
+        elif getattr(user, "is_superuser", False):
+            self.team_ids = None
+        elif getattr(user, "is_authenticated", False):
+            self.team_ids = list(user.memberships.values_list("team_id", flat=True))
+        else:
+            self.team_ids = []
+
+    @property
+    def team(self) -> Team | None:
+        if self.token is not None:
+            return self.token.team
+        ids = self.team_ids if self.team_ids is not None else []
+        if self.team_ids is None and self.user is not None:
+            ids = list(self.user.memberships.values_list("team_id", flat=True))
+        return Team.objects.get(pk=ids[0]) if len(ids) == 1 else None
+
+    def can_use(self, team: Team | None) -> bool:
+        return team is None or self.team_ids is None or team.pk in self.team_ids
+
+    def filter(self, queryset: QuerySet[M], field: str = "team") -> QuerySet[M]:
+        if self.team_ids is None:
+            return queryset
+        return queryset.filter(Q(**{f"{field}__isnull": True}) | Q(**{f"{field}__in": self.team_ids}))
+
+
+def scope_for(request: Any) -> Scope:
+    """The scope of an HTTP request (a DRF request carries its token in ``auth``)."""
+    token = getattr(request, "auth", None)
+    return Scope(user=request.user, token=token if isinstance(token, ApiToken) else None)
+
+
+def visible(queryset: QuerySet[M], *, request: Any, field: str = "team") -> QuerySet[M]:
+    return scope_for(request).filter(queryset, field)
+
+
+def user_teams(*, user: Any) -> QuerySet[Team]:
+    return Team.objects.filter(memberships__user=user).order_by("name")

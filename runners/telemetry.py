@@ -1,0 +1,399 @@
+"""Telemetry during runs: samplers on every host of a run, their samples stored as series of the run.
+
+A campaign's ``telemetry:`` section (validated here, stored in ``Campaign.telemetry``)::
+
+    telemetry: {enabled: true, interval: 1s, fast_interval: 1ms, fast: [net, rdma],
+                groups: [cpu, mem, net, rdma, nfs, disk, gpu]}
+
+On each host the sampler (runners/tools/sampler.py, shipped into ``<run dir>/telemetry/``) is a detached job of
+its own, like a service: probed while the run is prepared (a node without ``python3`` fails the run there, with
+the reason), started right before the main commands once it has taken its first samples, stopped with SIGTERM
+when they have ended (and killed with the run's other leftovers when the run is cancelled, times out or fails).
+Its files are then fetched, decoded with numpy and appended as series (telemetry.services.series_append, in
+batches of whole chunks), clipped to the end of the host's main command; each series' mean, p99 and max become
+results of the run (host and labels of the series, e.g. ``net.rx_bytes.max`` in B/s: the peak link throughput
+over one sampling interval; per-core CPU series are stored but not summarised: ``cpu.busiest_util`` is).
+
+Telemetry never decides a run's outcome after it started: what cannot be fetched or decoded is recorded in the
+run's provenance (``telemetry.errors``) and the run's own results stand.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shlex
+import time
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+from django.conf import settings
+
+from campaigns.models import Run
+from runners import remote, ssh
+from runners.benchmarks.base import ParamError
+from runners.tools import sampler as tool
+from telemetry.models import Series
+from telemetry.services import CHUNK_SAMPLES, run_telemetry_summarize, series_append
+
+if TYPE_CHECKING:
+    from runners.execution import HostJob, RunTarget
+
+log = logging.getLogger(__name__)
+
+DIR = "telemetry"
+SAMPLER = Path(tool.__file__).resolve()
+GROUPS = tool.GROUPS
+FAST_GROUPS = tool.FAST_GROUPS
+KEYS = ("enabled", "interval", "fast_interval", "fast", "groups")
+MIN_FAST_NS = 1_000_000  # what a sysfs counter read and a Python tick can keep up with
+MIN_SLOW_NS = 100_000_000  # parsing /proc/stat, mountstats, ... takes a few ms on big hosts
+DEFAULT_INTERVAL = "1s"
+DEFAULT_FAST_INTERVAL = "1ms"
+UNITS_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000}
+DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|ms|s|m)?\s*$")
+READY_TIMEOUT = 10.0  # seconds for a sampler to take its first samples
+STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL: the sampler flushes its last frames
+FETCH_WINDOW = 4  # hosts whose files are held in memory at once
+BATCH_ROWS = 16 * CHUNK_SAMPLES  # rows per series_append: whole chunks
+UNSUMMARISED = ("cpu.core_util",)
+
+
+# --- settings -------------------------------------------------------------------------------------------------
+
+
+def duration_ns(value: Any, field: str) -> int:
+    """A duration as YAML gives it (``1s``, ``250ms``, ``100us``, or a number of seconds) in nanoseconds."""
+    if isinstance(value, bool):
+        raise ParamError(field, f"must be a duration such as 1s or 1ms, got {value!r}")
+    if isinstance(value, int | float):
+        ns = round(value * 1e9)
+    else:
+        match = DURATION.match(str(value))
+        if not match:
+            raise ParamError(field, f"must be a duration such as 1s, 500ms or 1ms, got {value!r}")
+        number, unit = match.groups()
+        ns = round(float(number) * UNITS_NS[unit or "s"])
+    if ns <= 0:
+        raise ParamError(field, f"must be longer than zero, got {value!r}")
+    return ns
+
+
+def duration_text(ns: int) -> str:
+    """The shortest exact spelling of a duration: 1s, 250ms, 100us."""
+    for unit in ("m", "s", "ms", "us"):
+        if ns % UNITS_NS[unit] == 0:
+            return f"{ns // UNITS_NS[unit]}{unit}"
+    return f"{ns}ns"
+
+
+def _group_list(value: Any, field: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(g, str) for g in value):
+        raise ParamError(field, f"must be a list of groups ({', '.join(GROUPS)})")
+    for name in value:
+        if name not in GROUPS:
+            raise ParamError(field, f"unknown group {name!r} (known: {', '.join(GROUPS)})")
+    if len(set(value)) != len(value):
+        raise ParamError(field, "lists a group twice")
+    return list(value)
+
+
+def validate_telemetry(value: Any) -> dict[str, Any]:
+    """The ``telemetry:`` section, normalised (durations spelled canonically); {} when telemetry is off.
+
+    ``telemetry: true`` is every group at 1 s. Raises ParamError naming the field.
+    """
+    if value is None or value is False or value == {}:
+        return {}
+    if value is True:
+        value = {}
+    if not isinstance(value, dict):
+        raise ParamError("telemetry", "must be a mapping, e.g. {enabled: true, interval: 1s, fast: [net]}")
+    unknown = sorted(set(value) - set(KEYS))
+    if unknown:
+        raise ParamError(f"telemetry.{unknown[0]}", f"unknown field (known fields: {', '.join(KEYS)})")
+    enabled = value.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ParamError("telemetry.enabled", f"must be true or false, got {enabled!r}")
+    if not enabled:
+        return {}
+    groups = _group_list(value.get("groups", list(GROUPS)), "telemetry.groups")
+    if not groups:
+        raise ParamError("telemetry.groups", "names no group: leave telemetry out, or set enabled: false")
+    fast = _group_list(value.get("fast", []), "telemetry.fast")
+    for name in fast:
+        if name not in FAST_GROUPS:
+            raise ParamError(
+                "telemetry.fast",
+                f"{name} cannot be sampled at fast_interval: only counters read from one sysfs file each "
+                f"({', '.join(FAST_GROUPS)}) can",
+            )
+        if name not in groups:
+            raise ParamError("telemetry.fast", f"{name} is not in telemetry.groups")
+    interval = duration_ns(value.get("interval", DEFAULT_INTERVAL), "telemetry.interval")
+    heavy = [g for g in groups if g not in fast and g not in FAST_GROUPS]  # parsed from text files
+    floor = MIN_SLOW_NS if heavy else MIN_FAST_NS
+    if interval < floor:
+        message = f"{duration_text(interval)} is shorter than {duration_text(floor)}, the shortest interval"
+        if heavy:
+            message += (
+                f" for {', '.join(heavy)}; sample {' and '.join(FAST_GROUPS)} more often with "
+                "fast: [...] and fast_interval: (down to 1ms)"
+            )
+        raise ParamError("telemetry.interval", message)
+    config: dict[str, Any] = {"enabled": True, "interval": duration_text(interval), "groups": groups, "fast": fast}
+    if "fast_interval" in value and not fast:
+        raise ParamError("telemetry.fast_interval", "is set but telemetry.fast names no group")
+    if fast:
+        fast_interval = duration_ns(value.get("fast_interval", DEFAULT_FAST_INTERVAL), "telemetry.fast_interval")
+        if fast_interval < MIN_FAST_NS:
+            raise ParamError(
+                "telemetry.fast_interval",
+                f"{duration_text(fast_interval)} is shorter than {duration_text(MIN_FAST_NS)}, the shortest interval",
+            )
+        if fast_interval >= interval:
+            raise ParamError("telemetry.fast_interval", f"must be shorter than interval ({duration_text(interval)})")
+        config["fast_interval"] = duration_text(fast_interval)
+    return config
+
+
+def sampler_argv(config: dict[str, Any], *, end_marker: str | None, max_seconds: float) -> list[str]:
+    """The sampler's command line, run in its own directory on the host."""
+    argv = ["python3", SAMPLER.name, "--dir", ".", "--groups", ",".join(config["groups"])]
+    argv += ["--interval", str(duration_ns(config["interval"], "telemetry.interval"))]
+    if config.get("fast"):
+        argv += ["--fast", ",".join(config["fast"])]
+        argv += ["--fast-interval", str(duration_ns(config["fast_interval"], "telemetry.fast_interval"))]
+    if end_marker:
+        argv += ["--end-marker", end_marker]
+    return [*argv, "--max-seconds", str(int(max_seconds))]
+
+
+# --- on the hosts ---------------------------------------------------------------------------------------------
+
+
+def sampler_dir(run_dir: str) -> str:
+    return f"{run_dir}/{DIR}"
+
+
+def prepare(run: Run, jobs: list[HostJob]) -> dict[str, Any]:
+    """Write the sampler into every host's run directory and probe it there; returns what each host samples.
+
+    Sets ``job.telemetry_dir`` on each job. A host that cannot run the sampler fails the run now, with the reason.
+    """
+    config = run.campaign.telemetry
+    max_seconds = run.campaign.run_timeout_s + 600  # the sampler's own safety net, should nothing stop it
+
+    def prepare_host(job: HostJob) -> dict[str, Any]:
+        directory = sampler_dir(job.context.run_dir)
+        argv = sampler_argv(config, end_marker="../exit_code" if job.main else None, max_seconds=max_seconds)
+        files = {SAMPLER.name: SAMPLER.read_text(), "command.sh": remote.command_script(argv, {})}
+        remote.job_prepare(job.target, directory, extra_dirs=[], files=files)
+        probe = job.target.run(f"cd {shlex.quote(directory)} && {shlex.join([*argv, '--probe'])}")
+        if not probe.ok:
+            detail = (probe.stderr or probe.stdout).strip()[-500:]
+            raise ssh.PermanentSSHError(
+                job.target.endpoint, f"telemetry: the sampler cannot run on this node (it needs python3 3.8+): {detail}"
+            )
+        job.telemetry_dir = directory
+        return {"command": f"cd {shlex.quote(directory)} && {shlex.join(argv)}", "sources": json.loads(probe.stdout)}
+
+    results = ssh.fan_out(jobs, prepare_host, workers=settings.RACKBENCH["SSH_FANOUT"])
+    _raise_first(results)
+    return {"settings": config, "hosts": {j.row.host: r for j, r in zip(jobs, results, strict=True)}}
+
+
+def start(jobs: list[HostJob]) -> None:
+    """Start the samplers and wait until each has taken its first samples (then the main commands may start)."""
+    samplers = [j for j in jobs if j.telemetry_dir]
+    _raise_first(ssh.fan_out(samplers, lambda j: remote.job_submit(j.target, j.telemetry_dir)))
+    _raise_first(ssh.fan_out(samplers, _wait_ready))
+
+
+def _wait_ready(job: HostJob) -> None:
+    steps = int(READY_TIMEOUT / 0.01)
+    line = (
+        f"cd {shlex.quote(job.telemetry_dir)} && i=0; while [ ! -e {tool.READY} ]; do "
+        f"[ -e exit_code ] && exit 3; i=$((i+1)); [ $i -gt {steps} ] && exit 4; sleep 0.01; done"
+    )
+    result = job.target.run(line, timeout=READY_TIMEOUT + 30)
+    if result.ok:
+        return
+    stdout, stderr = remote.job_output(job.target, job.telemetry_dir)
+    why = "exited" if result.exit_code == 3 else f"took no sample within {READY_TIMEOUT:g} s"
+    detail = (stderr or stdout or result.stderr).strip()[-500:]
+    raise ssh.PermanentSSHError(job.target.endpoint, f"telemetry: the sampler {why}: {detail or '(no output)'}")
+
+
+def stop(run: Run, hosts: list[RunTarget]) -> None:
+    """SIGTERM every sampler of the run (each flushes its files), SIGKILL what is left after a grace period."""
+    if run.campaign.telemetry:
+        ssh.fan_out(hosts, lambda h: remote.job_kill(h.target, sampler_dir(h.row.remote_dir), grace=STOP_GRACE))
+
+
+def kill_jobs(run: Run, hosts: list[RunTarget]) -> list[tuple[remote.Target, str]]:
+    """The (target, job directory) of every sampler of the run, for killing the run's leftovers."""
+    if not run.campaign.telemetry:
+        return []
+    return [(h.target, sampler_dir(h.row.remote_dir)) for h in hosts]
+
+
+# --- storing --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class HostFiles:
+    host: str
+    blobs: list[bytes]
+    bytes: int
+    seconds: float
+
+
+def collect(run: Run, hosts: list[RunTarget]) -> dict[str, Any]:
+    """Fetch every host's sampler files, store them as series of the run, summarise them into results.
+
+    Idempotent: a host's series are replaced. Errors are recorded per host in the run's provenance, not raised.
+    """
+    if not run.campaign.telemetry:
+        return {}
+    outcome: dict[str, Any] = {"hosts": {}, "errors": []}
+    for host, future in _fetched(hosts):
+        try:
+            files = future.result()
+            started = time.monotonic()
+            stored = ingest(run=run, host=host.row.host, blobs=files.blobs)
+            outcome["hosts"][host.row.host] = {
+                "bytes": files.bytes,
+                "fetch_seconds": round(files.seconds, 3),
+                "ingest_seconds": round(time.monotonic() - started, 3),
+                **stored,
+            }
+        except Exception as exc:  # noqa: BLE001 - one host's telemetry must not cost the others theirs
+            log.warning("run %s: telemetry of %s not stored: %s", run.pk, host.row.host, exc)
+            outcome["errors"].append(f"{host.row.host}: {exc}")
+    run_telemetry_summarize(run=run, skip=UNSUMMARISED)
+    provenance = dict(Run.objects.values_list("provenance", flat=True).get(pk=run.pk))
+    provenance["telemetry"] = {**provenance.get("telemetry", {}), "collected": outcome}
+    Run.objects.filter(pk=run.pk).update(provenance=provenance)
+    return outcome
+
+
+def _fetched(hosts: list[RunTarget]) -> Iterator[tuple[RunTarget, Future[HostFiles]]]:
+    """Each host with its files being fetched, a few hosts ahead of the caller (which stores one at a time)."""
+    with ThreadPoolExecutor(max_workers=FETCH_WINDOW, thread_name_prefix="telemetry") as pool:
+        pending: deque[tuple[RunTarget, Future[HostFiles]]] = deque()
+        for host in hosts:
+            pending.append((host, pool.submit(_fetch, host)))
+            if len(pending) >= FETCH_WINDOW:
+                yield pending.popleft()
+        while pending:
+            yield pending.popleft()
+
+
+def _fetch(host: RunTarget) -> HostFiles:
+    started = time.monotonic()
+    directory = sampler_dir(host.row.remote_dir)
+    blobs = []
+    for name in tool.FILES.values():
+        try:
+            data = host.target.get(f"{directory}/{name}")
+        except ssh.SSHError as exc:
+            if not exc.transient:
+                raise
+            data = host.target.get(f"{directory}/{name}")  # one more try: the run itself is over and done
+        if data:
+            blobs.append(data)
+    return HostFiles(host.row.host, blobs, sum(len(b) for b in blobs), time.monotonic() - started)
+
+
+@dataclass
+class _Stream:
+    """A stream of a sampler file being stored: its definition, rows not stored yet, the last timestamp kept."""
+
+    definition: dict[str, Any]
+    dtype: np.dtype[Any]
+    parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[Any]]] = field(default_factory=list)
+    rows: int = 0
+    last_ns: int = -(2**63)
+
+
+def ingest(*, run: Run, host: str, blobs: list[bytes]) -> dict[str, int]:
+    """Store the samples of a host's sampler files as series of the run, replacing the host's earlier ones."""
+    Series.objects.filter(run=run, host=host).delete()
+    streams: dict[tuple[int, int], _Stream] = {}
+    end_ns = None
+    for index, blob in enumerate(blobs):  # definitions and the main command's end first
+        for kind, payload in tool.read_frames(blob):
+            if kind == tool.DEFINE:
+                definition = json.loads(bytes(payload))
+                dtype = np.dtype("<i8" if definition["type"] == "q" else "<f8")
+                streams[(index, definition["stream"])] = _Stream(definition, dtype)
+            elif kind == tool.END:
+                end_ns = json.loads(bytes(payload))["main_ended_ns"]
+    totals = {"series": 0, "samples": 0}
+    for index, blob in enumerate(blobs):
+        for kind, payload in tool.read_frames(blob):
+            if kind != tool.SAMPLE:
+                continue
+            sid, rows, body = tool.sample_body(payload)
+            stream = streams[(index, sid)]
+            width = len(stream.definition["columns"])
+            ts = np.frombuffer(body, "<i8", count=rows)
+            values = np.frombuffer(body, stream.dtype, count=rows * width, offset=rows * 8).reshape(width, rows)
+            stream.parts.append((ts, values))
+            stream.rows += rows
+            if stream.rows >= BATCH_ROWS:
+                _store(run, host, stream, end_ns, totals)
+    for stream in streams.values():
+        _store(run, host, stream, end_ns, totals)
+    totals["series"] = Series.objects.filter(run=run, host=host).count()
+    return totals
+
+
+def _store(run: Run, host: str, stream: _Stream, end_ns: int | None, totals: dict[str, int]) -> None:
+    """Append a stream's pending rows to its series: timestamps strictly increasing, none long after the end."""
+    if not stream.parts:
+        return
+    ts = np.concatenate([p[0] for p in stream.parts])
+    values = np.concatenate([p[1] for p in stream.parts], axis=1)
+    stream.parts, stream.rows = [], 0
+    interval = int(stream.definition["interval_ns"])
+    running_max = np.maximum.accumulate(np.concatenate(([stream.last_ns], ts)))
+    keep = ts > running_max[:-1]  # a clock stepped back, two lines read at once: the later ones go
+    if end_ns is not None:
+        keep &= ts <= end_ns + interval  # the sample that closes the interval the benchmark ended in stays
+    if keep.any():
+        stream.last_ns = int(ts[keep][-1])
+    for col, column in zip(values, stream.definition["columns"], strict=True):
+        present = keep & (col >= 0 if col.dtype.kind == "i" else ~np.isnan(col))
+        if not present.any():
+            continue
+        scale = column.get("scale", 1)
+        kept = col[present] if scale == 1 else col[present] * scale  # int64 stays int64 for a whole scale
+        series_append(
+            run=run,
+            host=host,
+            name=column["name"],
+            labels=column["labels"],
+            unit=column["unit"],
+            kind=column["kind"],
+            timestamps_ns=ts[present],
+            values=kept,
+            interval_ns=interval,
+            precision=column.get("precision"),
+        )
+        totals["samples"] += int(present.sum())
+
+
+def _raise_first(results: list[Any]) -> None:
+    errors = [r for r in results if isinstance(r, BaseException)]
+    errors.sort(key=lambda e: getattr(e, "transient", False))
+    if errors:
+        raise errors[0]
