@@ -34,13 +34,10 @@ class Scope:
     def team(self) -> Team | None:
         if self.token is not None:
             return self.token.team
-        ids = self.team_ids if self.team_ids is not None else []
-        if self.team_ids is None and self.user is not None:
-            ids = list(self.user.memberships.values_list("team_id", flat=True))
+        if not getattr(self.user, "is_authenticated", False):
+            return None
+        ids = list(self.user.memberships.values_list("team_id", flat=True))
         return Team.objects.get(pk=ids[0]) if len(ids) == 1 else None
-
-    def can_use(self, team: Team | None) -> bool:
-        return team is None or self.team_ids is None or team.pk in self.team_ids
 
     def filter(self, queryset: QuerySet[M], field: str = "team") -> QuerySet[M]:
         if self.team_ids is None:

@@ -57,9 +57,10 @@ class SharedInventoryGuard(ScopedMixin):
 def team_for_new(scope: Scope, name: str | None) -> Team | None:
     """Where a new object goes: the named team (one of the caller's), else the caller's only team."""
     if name:
-        team = scope.filter(Team.objects.filter(name=name), field="pk").first() if scope.team_ids else None
-        if team is None and scope.team_ids is None:
-            team = Team.objects.filter(name=name).first()
+        teams = Team.objects.filter(name=name)
+        if scope.team_ids is not None:
+            teams = teams.filter(pk__in=scope.team_ids)
+        team = teams.first()
         if team is None:
             raise ValidationError({"team": [f"you are not a member of a team named {name!r}"]})
         return team
