@@ -21,6 +21,7 @@ from campaigns.forms import CampaignForm
 from campaigns.metrics import RackbenchCollector
 from campaigns.models import Campaign, CampaignStatus, Run, RunHost
 from runners.benchmarks.base import ParamError
+from telemetry import charts
 
 TAIL_CHARS = 8_000  # of each host's stdout/stderr shown on the run page; the full log is a download
 
@@ -124,8 +125,35 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "flushes": run.provenance.get("flush") or [],
         "provenance_json": json.dumps(run.provenance, indent=2, sort_keys=True),
     }
-    template = "campaigns/_run.html" if _is_htmx(request) else "campaigns/run_detail.html"
-    return render(request, template, context)
+    if _is_htmx(request):
+        return render(request, "campaigns/_run.html", context)
+    context.update(run_charts(run, request.GET.get("t0"), request.GET.get("t1")))
+    return render(request, "campaigns/run_detail.html", context)
+
+
+def _seconds(text: str | None) -> float | None:
+    try:
+        return max(0.0, float(text)) if text not in (None, "") else None
+    except ValueError:
+        return None  # a hand-edited URL: show the whole run
+
+
+def run_charts(run: Run, t0: str | None, t1: str | None) -> dict[str, Any]:
+    """The run's telemetry drawn over one window (seconds from the first sample), grouped by host."""
+    series = list(run.series.order_by("host", "name", "labels_key"))
+    if not series:
+        return {}
+    drawn = [s for s in series if s.name not in charts.HIDDEN]
+    first, start, end = charts.run_window(drawn or series, _seconds(t0), _seconds(t1))
+    by_host: dict[str, list[charts.Chart]] = {}
+    for s in drawn:
+        by_host.setdefault(s.host, []).append(charts.chart(s, start_ns=start, end_ns=end))
+    last = max(s.last_ns or first for s in series)
+    return {
+        "hosts": list(by_host.items()), "hidden": len(series) - len(drawn), "width": charts.WIDTH,
+        "height": charts.HEIGHT, "t0": (start - first) / 1e9, "t1": (end - first) / 1e9,
+        "duration": (last - first) / 1e9, "zoomed": (start, end) != (first, last),
+    }  # fmt: skip
 
 
 @login_required
