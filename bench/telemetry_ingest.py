@@ -39,7 +39,7 @@ django.setup()
 from django.db import connection  # noqa: E402
 
 from campaigns.models import Campaign, Run  # noqa: E402
-from telemetry import selectors, services  # noqa: E402
+from telemetry import charts, selectors, services  # noqa: E402
 from telemetry.models import Chunk, Series, SeriesKind  # noqa: E402
 
 SCRATCH_DATABASE = "rackbench_bench"
@@ -138,6 +138,11 @@ def reads(big: Series, small: Series) -> list[Row]:
     rows.append((f"read a 2 s window at full resolution ({len(zoom.t_ns)} points)", f"{elapsed * 1000:.1f} ms", ""))
     elapsed, _ = timed(lambda: selectors.series_window(series=small, max_points=2000), repeat=3)
     rows.append((f"read one {small.sample_count:,}-sample series as 2000 points", f"{elapsed * 1000:.0f} ms", ""))
+    assert big.first_ns is not None and big.last_ns is not None
+    first_ns, last_ns = big.first_ns, big.last_ns
+    elapsed, drawn = timed(lambda: charts.chart(big, start_ns=first_ns, end_ns=last_ns), repeat=3)
+    assert drawn.band
+    rows.append((f"run-page chart of {big.sample_count:,} samples (SVG band)", f"{elapsed:.2f} s", "about 1 s"))
     elapsed, summary = timed(lambda: selectors.series_summary(series=big))
     rows.append((f"summary (mean, p99, max) of {big.sample_count:,} samples", f"{elapsed:.2f} s", ""))
     gbps = [stat * 8 / 1e9 for stat in (summary.mean, summary.p99, summary.max)]
