@@ -68,19 +68,26 @@ def point_values(*, campaign: Campaign, runs: Iterable[int] | None = None) -> di
     A point is known by the values of its matrix axes only: two campaigns of one family are compared point by
     point even when a fixed parameter differs (a new image tag, a throttled rate), which is what changed.
     """
-    axes = [name for name, _ in campaign.matrix]
+    return campaigns_point_values(campaigns=[campaign], runs=runs).get(campaign.pk, {})
+
+
+def campaigns_point_values(
+    *, campaigns: list[Campaign], runs: Iterable[int] | None = None
+) -> dict[int, dict[Key, Series]]:
+    """``point_values`` of several campaigns in one query, by campaign id."""
+    axes = {c.pk: [name for name, _ in c.matrix] for c in campaigns}
     rows = Result.objects.filter(
-        run__campaign=campaign, run__status=RunStatus.SUCCEEDED, run__is_warmup=False, host=""
+        run__campaign__in=list(axes), run__status=RunStatus.SUCCEEDED, run__is_warmup=False, host=""
     ).exclude(labels__has_key="job")
     if runs is not None:
         rows = rows.filter(run_id__in=list(runs))
-    found: dict[Key, Series] = {}
-    for point, params, name, labels, unit, value in rows.values_list(
-        "run__point", "run__params", "name", "labels", "unit", "value"
+    found: dict[int, dict[Key, Series]] = defaultdict(dict)
+    for campaign_id, point, params, name, labels, unit, value in rows.values_list(
+        "run__campaign_id", "run__point", "run__params", "name", "labels", "unit", "value"
     ).order_by("run__point", "run__sequence"):
-        point_params = {k: params[k] for k in axes if k in params}
+        point_params = {k: params[k] for k in axes[campaign_id] if k in params}
         key = Key(json.dumps(point_params, sort_keys=True), metric_label(name, labels))
-        found.setdefault(key, Series(point, point_params, unit, [])).values.append(value)
+        found[campaign_id].setdefault(key, Series(point, point_params, unit, [])).values.append(value)
     return found
 
 
@@ -144,9 +151,11 @@ def _history(*, campaign: Campaign, exclude: list[int]) -> dict[Key, list[list[f
     ).exclude(pk__in=[campaign.pk, *exclude])
     if campaign.launched_at:
         earlier = earlier.filter(finished_at__lt=campaign.launched_at)
+    pasts = list(earlier.order_by("-finished_at")[:HISTORY_CAMPAIGNS])
+    values = campaigns_point_values(campaigns=pasts)
     history: dict[Key, list[list[float]]] = defaultdict(list)
-    for past in earlier.order_by("-finished_at")[:HISTORY_CAMPAIGNS]:
-        for key, series in point_values(campaign=past).items():
+    for past in pasts:
+        for key, series in values.get(past.pk, {}).items():
             history[key].append(series.values)
     return history
 
@@ -165,23 +174,23 @@ def verdict_compute(
     *,
     campaign: Campaign,
     baseline_campaign: Campaign | None = None,
+    baseline: Baseline | None = None,
     overrides: dict[str, Any] | None = None,
-    final: bool = True,
 ) -> Verdict:
-    """Judge ``campaign`` against ``baseline_campaign`` (default: its family's baseline) and store the verdict.
+    """Judge ``campaign`` against ``baseline_campaign``, else ``baseline``, else its family's baseline, and store
+    the verdict.
 
     Raises NoBaseline when there is nothing to compare with, verdicts.PolicyError on a bad override.
     """
     policy = policy_for(campaign, overrides)
-    baseline = None
     if baseline_campaign is None:
-        baseline = baseline_for(campaign=campaign)
+        baseline = baseline or baseline_for(campaign=campaign)
         if baseline is None:
             raise NoBaseline(f"no baseline for family {campaign.family_name}")
         baseline_campaign = baseline.campaign
         chosen = list(baseline.runs.values_list("pk", flat=True)) or None
     else:
-        chosen = None
+        baseline, chosen = None, None
     base = point_values(campaign=baseline_campaign, runs=chosen)
     cand = point_values(campaign=campaign)
     history = _history(campaign=campaign, exclude=[baseline_campaign.pk])
@@ -218,7 +227,6 @@ def verdict_compute(
         policy=dataclasses.asdict(policy),
         items=items,
         counts=counts,
-        final=final,
     )
 
 
@@ -230,11 +238,12 @@ def campaign_judge(*, campaign: Campaign) -> Verdict | None:
     """
     from campaigns.services import campaign_rerun
 
-    if baseline_for(campaign=campaign) is None:
+    baseline = baseline_for(campaign=campaign)
+    if baseline is None:
         return None
     already_rerun = campaign.verdicts.filter(final=False).exists()
     rerun = campaign.verdict.get("rerun_regressions", False) and not already_rerun
-    verdict = verdict_compute(campaign=campaign, final=True)
+    verdict = verdict_compute(campaign=campaign, baseline=baseline)
     if rerun and verdict.outcome == VerdictOutcome.REGRESSION:
         points = sorted({i["point"] for i in verdict.items if i["outcome"] == VerdictOutcome.REGRESSION})
         campaign_rerun(campaign=campaign, points=points)

@@ -339,24 +339,23 @@ def campaign_rerun(*, campaign: Campaign, points: list[int] | None = None, faile
         if campaign.status not in (CampaignStatus.SUCCEEDED, CampaignStatus.FAILED):
             raise CampaignError(f"campaign {campaign.name} is {campaign.status}; only a finished one re-runs",
                                 conflict=True)  # fmt: skip
-        runs = campaign.runs.order_by("sequence")
-        last = runs.last()
-        sequence = last.sequence if last else 0
-        if failed:
-            retried = {(r.point, r.repetition, r.is_warmup) for r in runs if r.status == RunStatus.SUCCEEDED}
-            todo = {}
-            for run in runs.exclude(status=RunStatus.SUCCEEDED):
-                key = (run.point, run.repetition, run.is_warmup)
-                if key not in retried:
-                    todo[key] = (run.point, run.params, run.repetition, run.is_warmup, run.attempt + 1)
-            planned = list(todo.values())
-        else:
-            chosen = set(points or [])
-            firsts = {r.point: r for r in runs.filter(is_warmup=False, point__in=chosen)}
-            top = {p: max(r.repetition for r in runs if r.point == p and not r.is_warmup) for p in firsts}
+        runs = list(campaign.runs.order_by("sequence"))
+        sequence = runs[-1].sequence if runs else 0
+        if failed:  # one new attempt per repetition that never succeeded, after its latest attempt
+            succeeded = {(r.point, r.repetition, r.is_warmup) for r in runs if r.status == RunStatus.SUCCEEDED}
+            latest = {(r.point, r.repetition, r.is_warmup): r for r in runs if r.status != RunStatus.SUCCEEDED}
             planned = [
-                (p, firsts[p].params, top[p] + i + 1, False, 1)
-                for p in sorted(firsts)
+                (r.point, r.params, r.repetition, r.is_warmup, r.attempt + 1)
+                for key, r in latest.items()
+                if key not in succeeded
+            ]
+        else:  # fresh repetitions of each chosen point, numbered after its last one
+            measured = [r for r in runs if not r.is_warmup and r.point in set(points or [])]
+            point_params = {r.point: r.params for r in measured}
+            top = {p: max(r.repetition for r in measured if r.point == p) for p in point_params}
+            planned = [
+                (p, point_params[p], top[p] + i + 1, False, 1)
+                for p in sorted(point_params)
                 for i in range(campaign.repetitions)
             ]
         if not planned:

@@ -499,3 +499,17 @@ def test_it_serves_an_openapi_schema_and_docs_from_vendored_assets(api: APIClien
     assert "tokenAuth" in schema["components"]["securitySchemes"]
     page = api.get("/api/v1/docs/").content.decode()
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/" in page and "cdn" not in page.lower()
+
+
+@pytest.mark.django_db
+def test_it_weighs_the_familys_earlier_campaigns_in_a_verdict(api: APIClient, team: Any) -> None:
+    steady = {"read": [100.0, 101.0, 99.0], "randread": [50.0, 51.0, 49.0]}
+    base = finished_campaign("base", team, steady, family="nightly")
+    baselines.baseline_set(campaign=base)
+    for name in ("mon", "tue"):
+        finished_campaign(name, team, steady, family="nightly")
+    worse = finished_campaign("wed", team, {"read": [80.0, 81.0, 79.0], "randread": [50.0, 51.0, 49.0]},
+                              family="nightly")  # fmt: skip
+    items = {i["params"]["rw"]: i for i in worse.verdicts.get().items}
+    assert (items["read"]["outcome"], items["read"]["test"]) == ("regression", "history")
+    assert items["randread"]["outcome"] == "pass"
