@@ -300,7 +300,9 @@ def test_it_keeps_synchronised_ranks_in_step_until_rank_0_stops_them(tmp_path):
     docs = summary_lines(result.stdout)
     assert sorted(docs) == [0, 1, 2]
     assert len({doc["batches"] for doc in docs.values()}) == 1  # every rank read the same number of batches
-    assert all(doc["seconds"] >= 1 for doc in docs.values())
+    assert docs[0]["seconds"] >= 1
+    # the ranks start and stop at rank 0's word, so they all measure (nearly) rank 0's time
+    assert all(abs(doc["seconds"] - docs[0]["seconds"]) < 0.1 for doc in docs.values())
 
 
 @needs_mpirun

@@ -25,8 +25,8 @@ start (a new epoch) when a rank has read all of its share. The run lasts ``--dur
 
 ``--sync HOST:PORT`` keeps the ranks in step: after every batch each rank waits until all have finished it
 (rank 0 listens on HOST:PORT, the others connect to it; rank 0 also decides when the run ends, so every rank
-reads the same number of batches). Time spent waiting counts in the rank's elapsed time, as it does in
-training, and is reported as ``sync_wait_seconds``.
+reads the same number of batches, and the ranks start their clocks together). Time spent waiting counts in
+the rank's elapsed time, as it does in training, and is reported as ``sync_wait_seconds``.
 
 ``--drop-cache`` asks the kernel to drop this node's cached pages of the rank's files before reading
 (``posix_fadvise(DONTNEED)``; no root needed, works for NFS clients too); files the rank has just created are
@@ -347,6 +347,8 @@ def run(args: argparse.Namespace, rank: int, size: int) -> dict:
     reader = Reader(paths, args.format)
     total_bytes = records = batches = 0
     waited = 0.0
+    if barrier is not None:  # start together: a rank still opening its files would otherwise measure less
+        barrier.wait(False)
     start = time.monotonic()
     next_report = start + args.interval if args.interval > 0 else float("inf")
     try:
