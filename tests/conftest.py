@@ -26,6 +26,8 @@ from django.db import connection
 
 from rackbench.celery import app as celery_app
 
+pytest_plugins = ["tests.browser"]
+
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 LAB_PORT = int(os.environ.get("RACKBENCH_TEST_LAB_PORT", "2231"))
