@@ -161,7 +161,7 @@ def test_it_quotes_the_error_line_when_mdtest_failed(mdtest):
 
 
 def test_it_fails_an_mdtest_run_without_rates_or_without_an_operation_it_asked_for(mdtest):
-    assert mdtest.missing([], ["dgx2-1"]) == ["expected mdtest's SUMMARY rates for the run; none were found"]
+    assert mdtest.missing([], ["dgx2-1"]) == ["expected mdtest's SUMMARY rates for the run; found none"]
     created = mdtest.parse(fixture_text("mdtest", "mdtest-4.0.0-create-only-tag-output.txt"))
     assert mdtest.missing(created, ["dgx2-1"]) == []
     assert mdtest.check({"phases": ["create"]}, created, {}) == []
@@ -322,9 +322,7 @@ def test_it_falls_back_to_the_max_lines_when_the_summary_table_is_cut_off(ior):
     cut = text[: text.index("Summary of all tests:")]  # the output as stored had IOR died right there
     metrics = ior.parse(cut)
     assert {m.name: m.value for m in metrics} == {"write_bw_mib_s_max": 1328.59, "read_bw_mib_s_max": 12196.44}
-    assert ior.missing(metrics, ["dgx2-1"]) == [
-        "expected IOR's mean write or read bandwidth for the run; none was found"
-    ]
+    assert ior.missing(metrics, ["dgx2-1"]) == ["expected IOR's mean write or read bandwidth for the run; found none"]
 
 
 @pytest.mark.parametrize(

@@ -235,22 +235,17 @@ class Ior(MpiToolBenchmark):
     metrics = METRICS
     version_argv = ["sh", "-c", "command -v ior"]  # IOR has no version option; its output's first line names it
 
+    metric_suffix = "_bw_mib_s"
+    summary_name = "IOR's mean write or read bandwidth"
+
     def rank_argv(self, params: dict[str, Any], data_dir: str) -> list[str]:
         return rank_argv(params, data_dir=data_dir)
 
-    def parse(self, text: str, *, host: str = "") -> list[Metric]:
-        """Bandwidths for the whole run (host ""), whichever host's output holds the summary."""
+    def summary(self, text: str) -> list[Metric]:
         return parse_summary(text)
 
-    def missing(self, metrics: list[Metric], hosts: list[str]) -> list[str]:
-        if any(m.host == "" and m.name.endswith("_bw_mib_s") for m in metrics):
-            return []
-        return ["expected IOR's mean write or read bandwidth for the run; none was found"]
+    def operations(self, params: dict[str, Any]) -> list[str]:
+        return operations(params)
 
-    def check(self, params: dict[str, Any], metrics: list[Metric], logs: dict[str, str]) -> list[str]:
-        found = {m.name for m in metrics if m.host == ""}
-        return [
-            f"expected metric {op}_bw_mib_s is missing: IOR printed no {op} summary"
-            for op in operations(params)
-            if f"{op}_bw_mib_s" not in found
-        ]
+    def not_printed(self, operation: str) -> str:
+        return f"IOR printed no {operation} summary"

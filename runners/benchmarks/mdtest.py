@@ -284,22 +284,17 @@ class Mdtest(MpiToolBenchmark):
     metrics = METRICS
     version_argv = ["sh", "-c", "command -v mdtest"]  # mdtest has no version option; its output names it
 
+    metric_suffix = "_ops_per_sec"
+    summary_name = "mdtest's SUMMARY rates"
+
     def rank_argv(self, params: dict[str, Any], data_dir: str) -> list[str]:
         return rank_argv(params, data_dir=data_dir)
 
-    def parse(self, text: str, *, host: str = "") -> list[Metric]:
-        """Rates for the whole run (host ""), whichever host's output holds the table."""
+    def summary(self, text: str) -> list[Metric]:
         return parse_summary(text)
 
-    def missing(self, metrics: list[Metric], hosts: list[str]) -> list[str]:
-        if any(m.host == "" and m.name.endswith("_ops_per_sec") for m in metrics):
-            return []
-        return ["expected mdtest's SUMMARY rates for the run; none were found"]
+    def operations(self, params: dict[str, Any]) -> list[str]:
+        return expected_operations(params)
 
-    def check(self, params: dict[str, Any], metrics: list[Metric], logs: dict[str, str]) -> list[str]:
-        found = {m.name for m in metrics if m.host == ""}
-        return [
-            f"expected metric {op}_ops_per_sec is missing: mdtest printed no {op.replace('_', ' ')} rate"
-            for op in expected_operations(params)
-            if f"{op}_ops_per_sec" not in found
-        ]
+    def not_printed(self, operation: str) -> str:
+        return f"mdtest printed no {operation.replace('_', ' ')} rate"

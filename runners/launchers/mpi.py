@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runners.benchmarks.base import Benchmark, HostCommand, HostContext, HostInfo, ParamError
+from runners.benchmarks.base import Benchmark, HostCommand, HostContext, HostInfo, Metric, ParamError
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The campaign parameters options_from_params reads: every MPI plug-in accepts them besides its own.
@@ -124,13 +124,48 @@ def mpirun_argv(hosts: Sequence[HostInfo], rank_argv: list[str], options: MpiOpt
 
 
 class MpiToolBenchmark(Benchmark):
-    """A tool that mpirun starts once per rank from the primary host (mdtest, IOR): subclasses give its argv."""
+    """A tool that mpirun starts once per rank from the primary host (mdtest, IOR): subclasses give its argv.
+
+    Such a tool prints the whole run's figures once, from whichever rank, so they are stored on host "". Every
+    one is named ``<operation><metric_suffix>``; subclasses say which operations a run must report
+    (``operations``), how the summary reads (``summary``) and what it is called in messages.
+    """
 
     uses_mpi = True
+    metric_suffix = ""
+    summary_name = ""  # "IOR's mean write or read bandwidth"
 
     def rank_argv(self, params: dict[str, Any], data_dir: str) -> list[str]:
         """One rank's command; raises ParamError for bad parameters."""
         raise NotImplementedError
+
+    def summary(self, text: str) -> list[Metric]:
+        raise NotImplementedError
+
+    def operations(self, params: dict[str, Any]) -> list[str]:
+        """The operations a run with these parameters must report."""
+        raise NotImplementedError
+
+    def not_printed(self, operation: str) -> str:
+        """Why an operation's metric is missing, in the tool's words."""
+        raise NotImplementedError
+
+    def parse(self, text: str, *, host: str = "") -> list[Metric]:
+        """Figures for the whole run (host ""), whichever host's output holds the summary."""
+        return self.summary(text)
+
+    def missing(self, metrics: list[Metric], hosts: list[str]) -> list[str]:
+        if any(m.host == "" and m.name.endswith(self.metric_suffix) for m in metrics):
+            return []
+        return [f"expected {self.summary_name} for the run; found none"]
+
+    def check(self, params: dict[str, Any], metrics: list[Metric], logs: dict[str, str]) -> list[str]:
+        found = {m.name for m in metrics if m.host == ""}
+        return [
+            f"expected metric {op}{self.metric_suffix} is missing: {self.not_printed(op)}"
+            for op in self.operations(params)
+            if f"{op}{self.metric_suffix}" not in found
+        ]
 
     def validate(self, params: dict[str, Any]) -> None:
         self.rank_argv(params, "/")
