@@ -91,17 +91,14 @@ class HorovodSynthetic(t.TrainingBenchmark):
     description = "Horovod synthetic benchmark (pytorch/tensorflow2 *_synthetic_benchmark.py) under mpirun: images/s"
     version_argv = ["horovodrun", "--version"]
 
-    def validate(self, params: dict[str, Any]) -> None:
-        t.checked(params, CHECKS, required=("script",))
+    def values(self, params: dict[str, Any]) -> dict[str, Any]:
+        return t.checked(params, CHECKS, required=("script",))
 
-    def build(self, params: dict[str, Any], host: HostContext) -> HostCommand | None:
-        values = t.checked(params, CHECKS, required=("script",))
-        if not host.is_primary:
-            return None
+    def command(self, params: dict[str, Any], values: dict[str, Any], host: HostContext) -> HostCommand:
         rank_argv = [values.get("python", "python"), "-u", values["script"], *t.option_argv(OPTIONS, values)]
         return t.launch(self.kind, params, values, host, rank_argv)
 
-    def parse(self, text: str, *, host: str = "") -> list[Metric]:
+    def output(self, text: str) -> list[Metric]:
         return parse_output(text)
 
     def uses_gpus(self, params: dict[str, Any]) -> bool:

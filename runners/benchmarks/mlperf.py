@@ -237,20 +237,18 @@ class MlperfResnet(t.TrainingBenchmark):
     required_metrics = ("time_to_train_min", "eval_accuracy", "images_per_sec")
     version_argv = ["python", "-c", "import mxnet; print(mxnet.__version__)"]
 
-    def validate(self, params: dict[str, Any]) -> None:
-        _values(params)
+    def values(self, params: dict[str, Any]) -> dict[str, Any]:
+        """MLPerf reads ImageNet RecordIO files (train.rec, val.rec): data_source is storage, whether given or not."""
+        return t.checked({"data_source": "storage", **params}, CHECKS, required=("script",))
 
-    def build(self, params: dict[str, Any], host: HostContext) -> HostCommand | None:
-        values = _values(params)
-        if not host.is_primary:
-            return None
+    def command(self, params: dict[str, Any], values: dict[str, Any], host: HostContext) -> HostCommand:
         location = t.data_location(values, host)
         data = [arg for flag, name in DATA_FILES for arg in (flag, f"{location.directory}/{name}")]
         program = [values.get("python", "python"), "-u", values["script"], *t.option_argv(OPTIONS, values), *data]
         gpus = values.get("gpus_per_rank", 1)
         return t.launch(self.kind, params, values, host, [*location.prefix, *program], gpus_per_rank=gpus)
 
-    def parse(self, text: str, *, host: str = "") -> list[Metric]:
+    def output(self, text: str) -> list[Metric]:
         return parse_output(text)
 
     def missing_reason(self, name: str) -> str:
@@ -265,8 +263,3 @@ class MlperfResnet(t.TrainingBenchmark):
             if status is not None and status.lower() != "success":
                 problems.append(f"{host}: MLPerf run_stop status is {status!r}: the target accuracy was not reached")
         return problems
-
-
-def _values(params: dict[str, Any]) -> dict[str, Any]:
-    """MLPerf reads ImageNet RecordIO files (train.rec, val.rec): data_source is storage, whether given or not."""
-    return t.checked({"data_source": "storage", **params}, CHECKS, required=("script",))

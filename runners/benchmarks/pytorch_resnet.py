@@ -124,16 +124,13 @@ class PytorchResnet(t.TrainingBenchmark):
     metrics = (*t.TRAINING_METRICS, COMPUTE)
     version_argv = ["python", "-c", "import torch; print(torch.__version__)"]
 
-    def validate(self, params: dict[str, Any]) -> None:
-        _values(params)
+    def values(self, params: dict[str, Any]) -> dict[str, Any]:
+        return _values(params)
 
-    def build(self, params: dict[str, Any], host: HostContext) -> HostCommand | None:
-        values = _values(params)
-        if not host.is_primary:
-            return None
+    def command(self, params: dict[str, Any], values: dict[str, Any], host: HostContext) -> HostCommand:
         address = host.hosts[0].address if host.hosts else ""
         master = {"MASTER_ADDR": address, "MASTER_PORT": str(values.get("master_port", 29500))}
         return t.launch(self.kind, params, values, host, _rank_argv(values, host), env=master)
 
-    def parse(self, text: str, *, host: str = "") -> list[Metric]:
+    def output(self, text: str) -> list[Metric]:
         return parse_output(text)

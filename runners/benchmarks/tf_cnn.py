@@ -170,18 +170,15 @@ class TfCnnBenchmarks(t.TrainingBenchmark):
     description = "TensorFlow CNN benchmarks (tf_cnn_benchmarks.py) under Horovod and mpirun: images/s"
     version_argv = ["python", "-c", "import tensorflow as tf; print(tf.__version__)"]
 
-    def validate(self, params: dict[str, Any]) -> None:
-        _values(params)
+    def values(self, params: dict[str, Any]) -> dict[str, Any]:
+        return _values(params)
 
-    def build(self, params: dict[str, Any], host: HostContext) -> HostCommand | None:
-        values = _values(params)
-        if not host.is_primary:
-            return None
+    def command(self, params: dict[str, Any], values: dict[str, Any], host: HostContext) -> HostCommand:
         if t.ranks_of(params, host) > 1 and values["variable_update"] != "horovod":
             raise ParamError("variable_update", "must be horovod when mpirun starts more than one rank")
         return t.launch(self.kind, params, values, host, _rank_argv(values, host), gpus_per_rank=values["num_gpus"])
 
-    def parse(self, text: str, *, host: str = "") -> list[Metric]:
+    def output(self, text: str) -> list[Metric]:
         return parse_output(text)
 
     def uses_gpus(self, params: dict[str, Any]) -> bool:

@@ -400,6 +400,28 @@ class TrainingBenchmark(Benchmark):
     metrics: ClassVar[tuple[MetricSpec, ...]] = TRAINING_METRICS
     required_metrics: ClassVar[tuple[str, ...]] = ("images_per_sec",)
 
+    def values(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The checked parameters (defaults filled in); raises ParamError naming the first bad one."""
+        raise NotImplementedError
+
+    def command(self, params: dict[str, Any], values: dict[str, Any], host: HostContext) -> HostCommand:
+        """The primary host's mpirun line, from the checked ``values``."""
+        raise NotImplementedError
+
+    def output(self, text: str) -> list[Metric]:
+        """The run's metrics from its output."""
+        raise NotImplementedError
+
+    def validate(self, params: dict[str, Any]) -> None:
+        self.values(params)
+
+    def build(self, params: dict[str, Any], host: HostContext) -> HostCommand | None:
+        values = self.values(params)
+        return self.command(params, values, host) if host.is_primary else None
+
+    def parse(self, text: str, *, host: str = "") -> list[Metric]:
+        return self.output(text)
+
     def missing(self, metrics: list[Metric], hosts: list[str]) -> list[str]:
         """The run's aggregate metrics (host "", no labels) must hold every required metric, whichever host ran."""
         found = {m.name for m in metrics if m.host == "" and not m.labels}
