@@ -1,4 +1,9 @@
-"""The "new fio campaign" form: it builds the campaign-as-code dict (campaigns/spec.py) from a few inputs.
+"""The campaign builder (a YAML definition, a node picker, a team) and the quick fio form.
+
+The builder's definition is the YAML of ``manage.py campaign apply``; nodes ticked in its picker are merged into
+its ``nodes:`` list, so it works without JavaScript.
+
+The quick fio form builds the campaign-as-code dict (campaigns/spec.py) from a few inputs.
 
 Fixed parameters are ``key=value`` lines and matrix axes ``key=v1,v2,v3`` lines. A value is a whole number when it
 looks like one (``numjobs=4`` as ``numjobs: 4`` in YAML) and text otherwise: fio options take text or integers.
@@ -9,13 +14,16 @@ same code as ``manage.py campaign apply``), whose errors are shown next to the f
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from django import forms
+from django.db.models import QuerySet
 
+from accounts.models import Team
 from campaigns import services
 from campaigns.models import Campaign
-from campaigns.spec import NAME_RE, SpecError
+from campaigns.spec import NAME_RE, SpecError, load_yaml
 from inventory.models import Node, NodeStatus, StorageSystem
 
 KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
@@ -47,6 +55,73 @@ def parse_lines(text: str, *, many: bool) -> dict[str, Any]:
         parsed = [parse_value(v) for v in values]
         result[key] = parsed if many else parsed[0]
     return result
+
+
+class BuilderForm(forms.Form):
+    definition = forms.CharField(
+        label="Definition (YAML)",
+        widget=forms.Textarea(attrs={"rows": 24, "spellcheck": "false", "class": "code"}),
+        help_text="The same format as manage.py campaign apply FILE.yaml (see the README).",
+    )
+    picked = forms.MultipleChoiceField(
+        label="Nodes", required=False, widget=forms.CheckboxSelectMultiple,
+        help_text="Ticked nodes are added to the definition's nodes: list.",
+    )  # fmt: skip
+    team = forms.ModelChoiceField(queryset=Team.objects.none(), required=False, empty_label=None)
+
+    def __init__(self, *args: Any, nodes: Iterable[Node], teams: QuerySet[Team], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.nodes = list(nodes)
+        self.fields["picked"].choices = [(n.name, n.name) for n in self.nodes]  # type: ignore[attr-defined]
+        self.fields["team"].queryset = teams  # type: ignore[attr-defined]
+        self.many_teams = len(teams) > 1
+        if self.many_teams:
+            self.fields["team"].required = True
+        elif not self.is_bound:
+            self.initial.setdefault("team", teams[0] if teams else None)
+
+    def clean_definition(self) -> dict[str, Any]:
+        try:
+            return load_yaml(self.cleaned_data["definition"])
+        except SpecError as exc:
+            raise forms.ValidationError(exc.message) from None
+
+    def clean_team(self) -> Team | None:
+        team = self.cleaned_data.get("team")
+        if team is None and not self.many_teams:
+            teams = list(self.fields["team"].queryset)  # type: ignore[attr-defined]
+            team = teams[0] if teams else None
+        return team
+
+    def spec(self) -> dict[str, Any]:
+        """The parsed definition with the picked nodes merged into ``nodes:`` (valid forms only)."""
+        data = dict(self.cleaned_data["definition"])
+        picked = self.cleaned_data.get("picked") or []
+        if picked:
+            listed = data.get("nodes") or []
+            if isinstance(listed, str):
+                listed = [listed]
+            if isinstance(listed, list):  # anything else is left for validation to name
+                data["nodes"] = listed + [n for n in picked if n not in listed]
+        return data
+
+    def check_name(self, data: dict[str, Any]) -> None:
+        """A builder creates: a name already taken is an error here (``campaign apply`` would update it)."""
+        name = data.get("name")
+        if isinstance(name, str) and Campaign.objects.filter(name=name).exists():
+            raise SpecError("name", f"a campaign named {name!r} already exists; choose another")
+
+    def save(self, *, owner: Any) -> Campaign | None:
+        """Create the campaign; None (the error shown on the definition, naming its field) when invalid."""
+        data = self.spec()
+        try:
+            self.check_name(data)
+            return services.campaign_apply(data=data, owner=owner, team=self.cleaned_data["team"])
+        except SpecError as exc:
+            self.add_error("definition", str(exc))
+        except services.CampaignError as exc:
+            self.add_error("definition", f"{exc.field}: {exc.message}" if exc.field else exc.message)
+        return None
 
 
 class CampaignForm(forms.Form):

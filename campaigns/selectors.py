@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from datetime import timedelta
 from typing import Any
 
-from django.db.models import Count, Prefetch, Q, QuerySet
+from django.db import transaction
+from django.db.models import Avg, Count, F, Prefetch, Q, QuerySet
 
 from campaigns import planning
 from campaigns.models import RUN_TERMINAL, Campaign, Result, Run, RunStatus
@@ -211,3 +213,131 @@ def compare(*, sets: list[tuple[str, Campaign, list[int] | None]], policy: Any =
                      "higher_is_better": better_up, "values": cells, "changes": changes})  # fmt: skip
     return {"by_point": by_point, "policy": {"threshold_pct": policy.threshold_pct, "alpha": policy.alpha},
             "columns": columns, "rows": rows}  # fmt: skip
+
+
+# --- pages: dashboard, live campaign page, builder ---------------------------------------------------
+
+
+def with_live_counts(campaigns: QuerySet[Campaign]) -> QuerySet[Campaign]:
+    """``campaign_list`` plus the mean duration of the finished runs (one query for a whole list, for ETAs)."""
+    finished = Q(runs__started_at__isnull=False, runs__finished_at__isnull=False)
+    return campaigns.annotate(run_mean=Avg(F("runs__finished_at") - F("runs__started_at"), filter=finished))
+
+
+def eta_seconds(*, mean: timedelta | None, total: int, done: int) -> float | None:
+    """Measured mean run duration x runs left; None before the first run has ended (nothing measured yet)."""
+    if mean is None:
+        return None
+    return mean.total_seconds() * max(total - done, 0)
+
+
+def campaign_eta(*, runs: list[Run], progress: dict[str, Any]) -> float | None:
+    durations = [r.finished_at - r.started_at for r in runs if r.started_at and r.finished_at]
+    mean = sum(durations, timedelta()) / len(durations) if durations else None
+    return eta_seconds(mean=mean, total=progress["total"], done=progress["done"])
+
+
+def campaign_grid(*, campaign: Campaign, runs: list[Run]) -> list[dict[str, Any]]:
+    """The matrix as rows of run cells: one row per point (its matrix values), its runs in execution order
+    (warm-ups, repetitions, then re-run attempts)."""
+    axes = [name for name, _ in campaign.matrix]
+    rows: dict[int, dict[str, Any]] = {}
+    for run in runs:
+        row = rows.setdefault(
+            run.point, {"point": run.point, "params": {a: run.params.get(a) for a in axes}, "runs": []}
+        )
+        row["runs"].append(run)
+    return [rows[p] for p in sorted(rows)]
+
+
+def run_live_log(*, run: Run, lines: int = 40, limit: int = 16_384) -> dict[str, Any]:
+    """The last ``lines`` lines of the output of a run's first main host: read over SSH from the run's
+    directory while the run is active (the worker stores the output only when it collects), from the
+    database afterwards. Never raises for an unreachable host: the reason is returned instead."""
+    from runners import remote, ssh
+
+    rows = list(run.hosts.select_related("node__credential").order_by("host"))
+    hosts = [h for h in rows if h.command] or rows
+    if not hosts:
+        return {"host": "", "text": "", "error": ""}
+    host = hosts[0]
+    if run.is_terminal or not host.remote_dir or host.node is None:
+        text = host.stdout + (f"\n{host.stderr}" if host.stderr else "")
+        return {"host": host.host, "text": _last(text, lines), "error": ""}
+    try:
+        target = remote.node_target(host.node)
+        out = target.get(f"{host.remote_dir}/stdout", limit=limit) or b""
+        err = target.get(f"{host.remote_dir}/stderr", limit=limit) or b""
+    except (ssh.SSHError, OSError) as exc:
+        return {"host": host.host, "text": "", "error": f"the log cannot be read now: {exc}"}
+    text = out.decode(errors="replace") + (f"\n{err.decode(errors='replace')}" if err else "")
+    return {"host": host.host, "text": _last(text, lines), "error": ""}
+
+
+def _last(text: str, lines: int) -> str:
+    return "\n".join(text.rstrip("\n").splitlines()[-lines:])
+
+
+class _Rollback(Exception):
+    pass
+
+
+def spec_preview(*, data: dict[str, Any], team: Any, max_points: int = 5) -> dict[str, Any]:
+    """What ``campaign_apply(data=data, team=team)`` would create, previewed without saving anything.
+
+    The definition goes through campaign_apply itself inside a transaction that is always rolled back, so the
+    preview validates exactly as "Create" does (inventory lookups, mounts, run limit) and shows the exact
+    commands campaign_preview shows for a saved campaign. Raises SpecError/CampaignError/ParamError as those do.
+    """
+    from campaigns.services import campaign_apply
+
+    preview: dict[str, Any] = {}
+    try:
+        with transaction.atomic():
+            campaign = campaign_apply(data=data, team=team)
+            preview = campaign_preview(campaign=campaign, max_points=max_points)
+            preview["kind"] = campaign.kind
+            preview["fixed"] = dict(campaign.fixed)
+            raise _Rollback
+    except _Rollback:
+        pass
+    return preview
+
+
+def unused_name(base: str) -> str:
+    """``base``, or ``base-2``, ``base-3``... : the first campaign name not taken yet."""
+    taken = set(Campaign.objects.filter(name__startswith=base).values_list("name", flat=True))
+    if base not in taken:
+        return base
+    return next(f"{base}-{i}" for i in range(2, len(taken) + 3) if f"{base}-{i}" not in taken)
+
+
+def preset_spec(*, slug: str, suffix: str = "") -> dict[str, Any] | None:
+    """One campaign of a preset as an editable definition, named and described as preset_instantiate would
+    (nodes and storage left for the user to fill in); None for an unknown preset or part."""
+    from campaigns.presets import preset_get
+
+    preset = preset_get(slug)
+    if preset is None:
+        return None
+    part = next((p for p in preset.campaigns if p.get("suffix", "") == suffix), None)
+    if part is None:
+        return None
+    name = f"{slug}-{suffix}" if suffix else slug
+    data: dict[str, Any] = {"name": unused_name(name)}
+    data["description"] = part.get("description", f"{preset.title} (preset {slug}; seed {preset.seed})")
+    data["kind"] = part.get("kind", "fio")
+    data["nodes"] = []
+    if "storage" in preset.needs:
+        data["storage"] = ""
+    data.update({k: v for k, v in part.items() if k not in {"suffix", "description", "kind"}})
+    data.setdefault("family", name)
+    return data
+
+
+def clone_spec(*, campaign: Campaign) -> dict[str, Any]:
+    """A previous campaign's definition under a new name, in its family (what campaign_clone creates)."""
+    data = campaign_spec(campaign=campaign)
+    data["name"] = unused_name(campaign.name)
+    data.setdefault("family", campaign.family_name)
+    return data

@@ -1,4 +1,5 @@
-"""Campaign and run pages. Each live region is a partial that the page's own view renders alone for htmx."""
+"""Dashboard, campaign, builder and run pages. Each live region is a partial that the page's own view renders
+alone for htmx requests; it polls only while something it shows is still running."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db.models import Count, OuterRef, Subquery
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.crypto import constant_time_compare
@@ -15,19 +17,81 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_POST
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from accounts.selectors import Scope, visible
+from accounts.selectors import Scope, user_teams, visible
 from campaigns import selectors, services
-from campaigns.forms import CampaignForm
+from campaigns.forms import BuilderForm, CampaignForm
 from campaigns.metrics import RackbenchCollector
-from campaigns.models import Campaign, CampaignStatus, Run, RunHost
+from campaigns.models import (
+    RUN_ACTIVE,
+    Campaign,
+    CampaignStatus,
+    NodeLease,
+    Run,
+    RunHost,
+    RunStatus,
+    Verdict,
+)
+from campaigns.presets import preset_list
+from campaigns.spec import SpecError, to_yaml
+from inventory.models import Node, NodeStatus
 from runners.benchmarks.base import ParamError
 from telemetry import charts
 
 TAIL_CHARS = 8_000  # of each host's stdout/stderr shown on the run page; the full log is a download
+FAILED = (RunStatus.FAILED, RunStatus.TIMED_OUT)
+BLANK = {
+    "name": "my-campaign",
+    "kind": "fio",
+    "nodes": [],
+    "repetitions": 3,
+    "cache": {"flush_clients": True, "flush_storage": False},
+    "timeout": 600,
+    "fixed": {"bs": "1M", "size": "64M", "runtime": 10, "time_based": 1},
+    "matrix": {"rw": ["read", "write"], "numjobs": [1, 4]},
+}
 
 
 def _is_htmx(request: HttpRequest) -> bool:
     return bool(request.headers.get("HX-Request"))
+
+
+def _yaml_download(text: str, name: str) -> HttpResponse:
+    response = HttpResponse(text, content_type="application/yaml; charset=utf-8")
+    response["Content-Disposition"] = content_disposition_header(True, f"{name or 'campaign'}.yaml") or ""
+    return response
+
+
+# --- dashboard --------------------------------------------------------------------------------------------
+
+
+@login_required
+def dashboard(request: HttpRequest) -> HttpResponse:
+    running = visible(selectors.with_live_counts(selectors.campaign_list()), request=request)
+    context: dict[str, Any] = {"running": running.filter(status=CampaignStatus.RUNNING).select_related("owner")}
+    if _is_htmx(request):
+        response = render(request, "campaigns/_dashboard_live.html", context)
+        if not context["running"]:
+            response["HX-Refresh"] = "true"  # the last one ended: reload once for current results and failures
+        return response
+    return render(request, "campaigns/dashboard.html", {**context, **_dashboard_rest(request)})
+
+
+def _dashboard_rest(request: HttpRequest) -> dict[str, Any]:
+    """The dashboard's still parts: recently finished campaigns with their verdict, failures, nodes by status."""
+    ended = selectors.campaign_list().filter(status__in=[CampaignStatus.SUCCEEDED, CampaignStatus.FAILED])
+    verdicts = Verdict.objects.filter(campaign=OuterRef("pk")).order_by("-created_at", "-id")
+    ended = ended.annotate(verdict_outcome=Subquery(verdicts.values("outcome")[:1])).order_by("-finished_at")
+    failures = Run.objects.filter(status__in=FAILED).select_related("campaign").order_by("-finished_at")
+    statuses = dict(visible(Node.objects.all(), request=request).values_list("status").annotate(n=Count("id")))
+    return {
+        "recent": visible(ended, request=request)[:8],
+        "failures": visible(failures, request=request, field="campaign__team")[:8],
+        "node_statuses": [(value, label, statuses.get(value, 0)) for value, label in NodeStatus.choices],
+        "nodes_busy": visible(NodeLease.objects.all(), request=request, field="node__team").count(),
+    }
+
+
+# --- campaigns ----------------------------------------------------------------------------------------------
 
 
 @login_required
@@ -38,12 +102,10 @@ def campaign_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def campaign_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    campaign = get_object_or_404(visible(Campaign.objects.select_related("storage", "owner"), request=request), pk=pk)
-    context = {
-        "campaign": campaign,
-        "progress": selectors.campaign_progress(campaign=campaign),
-        "runs": selectors.campaign_runs(campaign=campaign),
-    }
+    campaign = get_object_or_404(
+        visible(Campaign.objects.select_related("storage", "owner", "team"), request=request), pk=pk
+    )
+    context = _live_context(campaign)
     if _is_htmx(request):
         response = render(request, "campaigns/_runs.html", context)
         if campaign.status != CampaignStatus.RUNNING:
@@ -54,6 +116,24 @@ def campaign_detail(request: HttpRequest, pk: int) -> HttpResponse:
     context["summary"] = selectors.campaign_summary(campaign=campaign)
     context["verdict"] = campaign.verdicts.select_related("baseline_campaign").first()
     return render(request, "campaigns/campaign_detail.html", context)
+
+
+def _live_context(campaign: Campaign) -> dict[str, Any]:
+    """Progress, ETA, the grid of run statuses and the active run's log tail: the campaign page's live part."""
+    runs = list(selectors.campaign_runs(campaign=campaign))
+    progress = selectors.campaign_progress(campaign=campaign)
+    active = next((r for r in runs if r.status in RUN_ACTIVE), None)
+    return {
+        "campaign": campaign,
+        "progress": progress,
+        "runs": runs,
+        "grid": selectors.campaign_grid(campaign=campaign, runs=runs),
+        "eta": selectors.campaign_eta(runs=runs, progress=progress),
+        "remaining": progress["total"] - progress["done"],
+        "active": active,
+        "log": selectors.run_live_log(run=active) if active else None,
+        "can_rerun_failed": campaign.status == CampaignStatus.FAILED,  # it has runs that never succeeded
+    }
 
 
 @login_required
@@ -68,8 +148,93 @@ def campaign_preview(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
+def campaign_yaml(request: HttpRequest, pk: int) -> HttpResponse:
+    campaign = get_object_or_404(visible(Campaign.objects.select_related("storage"), request=request), pk=pk)
+    return _yaml_download(to_yaml(selectors.campaign_spec(campaign=campaign)), campaign.name)
+
+
+# --- the builder --------------------------------------------------------------------------------------------
+
+
+def _builder_form(request: HttpRequest, data: Any = None) -> BuilderForm:
+    nodes = visible(Node.objects.filter(status=NodeStatus.ACTIVE), request=request)
+    return BuilderForm(
+        data,
+        nodes=nodes.select_related("team").prefetch_related("tags").order_by("name"),
+        teams=user_teams(user=request.user),
+    )
+
+
+def _starting_point(request: HttpRequest) -> dict[str, Any]:
+    """The builder's first definition: ``?preset=SLUG[:PART]``, ``?clone=ID`` (in its campaign's team) or blank."""
+    if request.GET.get("preset"):
+        slug, _, part = request.GET["preset"].partition(":")
+        data = selectors.preset_spec(slug=slug, suffix=part)
+        if data is None:
+            raise Http404("no such preset")
+        return {"definition": to_yaml(data)}
+    if request.GET.get("clone", "").isdigit():
+        source = get_object_or_404(visible(Campaign.objects.all(), request=request), pk=request.GET["clone"])
+        return {"definition": to_yaml(selectors.clone_spec(campaign=source)), "team": source.team_id or ""}
+    return {"definition": to_yaml({**BLANK, "name": selectors.unused_name(str(BLANK["name"]))})}
+
+
+@login_required
 def campaign_new(request: HttpRequest) -> HttpResponse:
+    """The builder. A GET opens a starting point, bound like a post of it so its preview shows at once."""
+    form = _builder_form(request, request.POST if request.method == "POST" else _starting_point(request))
+    if request.method == "POST" and form.is_valid():
+        if "download" in request.POST:
+            text = form.data["definition"] if not form.cleaned_data["picked"] else to_yaml(form.spec())
+            return _yaml_download(text, str(form.spec().get("name") or "campaign"))
+        if "create" in request.POST or "launch" in request.POST:
+            campaign = form.save(owner=request.user)
+            if campaign is not None:
+                messages.success(request, f"Campaign {campaign.name} created.")
+                if "launch" in request.POST:
+                    _launch(request, campaign)
+                return redirect("campaigns:campaign-detail", pk=campaign.pk)
+    return render(request, "campaigns/campaign_builder.html", _builder_context(request, form))
+
+
+def _builder_context(request: HttpRequest, form: BuilderForm) -> dict[str, Any]:
+    return {
+        "form": form,
+        "presets": preset_list(),
+        "previous": visible(Campaign.objects.order_by("-created_at"), request=request).only("pk", "name")[:100],
+        "node_tags": sorted({t.name for n in form.nodes for t in n.tags.all()}),
+        "gpu_models": sorted({n.gpu_model for n in form.nodes if n.gpu_model}),
+        **_preview(form),
+    }
+
+
+@login_required
+@require_POST
+def campaign_new_preview(request: HttpRequest) -> HttpResponse:
+    """The builder's live preview: the definition checked and expanded as "Create" would, nothing saved."""
+    return render(request, "campaigns/_builder_preview.html", _preview(_builder_form(request, request.POST)))
+
+
+def _preview(form: BuilderForm) -> dict[str, Any]:
+    if not form.is_valid():
+        return {"preview_errors": [f"{name}: {e}" for name, errs in form.errors.items() for e in errs]}
+    data = form.spec()
+    try:
+        form.check_name(data)
+        return {"preview": selectors.spec_preview(data=data, team=form.cleaned_data["team"])}
+    except (SpecError, ParamError) as exc:
+        return {"preview_errors": [str(exc)], "error_field": exc.field}
+    except services.CampaignError as exc:
+        return {"preview_errors": [exc.message], "error_field": exc.field}
+
+
+@login_required
+def campaign_new_fio(request: HttpRequest) -> HttpResponse:
+    """The quick fio form: a few inputs instead of YAML."""
     form = CampaignForm(request.POST or None)
+    form.fields["nodes"].queryset = visible(  # type: ignore[attr-defined]
+        Node.objects.filter(status=NodeStatus.ACTIVE).order_by("name"), request=request
+    )
     if request.method == "POST" and form.is_valid():
         campaign = form.save(owner=request.user, team=Scope(user=request.user).team)
         if campaign is not None:
@@ -78,6 +243,9 @@ def campaign_new(request: HttpRequest) -> HttpResponse:
                 _launch(request, campaign)
             return redirect("campaigns:campaign-detail", pk=campaign.pk)
     return render(request, "campaigns/campaign_new.html", {"form": form})
+
+
+# --- actions ------------------------------------------------------------------------------------------------
 
 
 @login_required
@@ -108,6 +276,22 @@ def campaign_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     else:
         messages.success(request, f"Campaign {campaign.name} cancelled.")
     return redirect("campaigns:campaign-detail", pk=campaign.pk)
+
+
+@login_required
+@require_POST
+def campaign_rerun_failed(request: HttpRequest, pk: int) -> HttpResponse:
+    campaign = get_object_or_404(visible(Campaign.objects.all(), request=request), pk=pk)
+    try:
+        runs = services.campaign_rerun(campaign=campaign, failed=True)
+    except services.CampaignError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"{len(runs)} run{'s' if len(runs) != 1 else ''} of {campaign.name} queued again.")
+    return redirect("campaigns:campaign-detail", pk=campaign.pk)
+
+
+# --- runs ---------------------------------------------------------------------------------------------------
 
 
 @login_required

@@ -1,51 +1,75 @@
-"""Inventory pages: nodes (with filters), one node with its facts, storage systems."""
+"""Inventory pages: nodes (with filters), one node with its facts (and a button to collect them), storage systems."""
 
 from __future__ import annotations
 
 import json
+from functools import partial
+from typing import Any
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
+from accounts.models import Membership
 from accounts.selectors import visible
 from inventory import selectors
-from inventory.models import Node, NodeStatus, Tag
-
-NODE_FILTERS = ("status", "tag", "gpu_model")
+from inventory.filters import NodeFilter
+from inventory.models import Node
+from inventory.tasks import collect_facts_task
 
 
 @login_required
 def node_list(request: HttpRequest) -> HttpResponse:
-    filters = {key: request.GET.get(key, "").strip() for key in NODE_FILTERS}
-    context = {
-        "nodes": visible(selectors.node_list(**filters), request=request),
-        "filters": filters,
-        "filtered": any(filters.values()),
-        "statuses": NodeStatus.choices,
-        "tags": Tag.objects.filter(nodes__isnull=False).distinct(),
-        "gpu_models": Node.objects.exclude(gpu_model="")
-        .order_by("gpu_model")
-        .values_list("gpu_model", flat=True)
-        .distinct(),
-    }
-    return render(request, "inventory/node_list.html", context)
+    nodes = NodeFilter(
+        request.GET or None, queryset=visible(selectors.node_list().select_related("team"), request=request)
+    )
+    filtered = any(request.GET.get(key) for key in nodes.filters)
+    return render(request, "inventory/node_list.html", {"filter": nodes, "nodes": nodes.qs, "filtered": filtered})
 
 
 @login_required
 def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    node = get_object_or_404(visible(selectors.node_list(), request=request), pk=pk)
+    node = get_object_or_404(visible(selectors.node_list().select_related("team"), request=request), pk=pk)
     context = {
         "node": node,
         "interfaces": node.interfaces.all(),
         "campaigns": visible(node.campaigns.order_by("-created_at"), request=request)[:20],
         "facts_json": json.dumps(node.facts, indent=2, sort_keys=True),
+        "can_collect": can_collect_facts(request.user, node),
     }
     return render(request, "inventory/node_detail.html", context)
+
+
+def can_collect_facts(user: Any, node: Node) -> bool:
+    """Staff, or an admin of the node's team; a shared node (no team) is changed by staff only."""
+    if getattr(user, "is_staff", False):
+        return True
+    return (
+        node.team_id is not None
+        and Membership.objects.filter(team_id=node.team_id, user=user, role=Membership.Role.ADMIN).exists()
+    )
+
+
+@login_required
+@require_POST
+def node_collect_facts(request: HttpRequest, pk: int) -> HttpResponse:
+    node = get_object_or_404(visible(Node.objects.all(), request=request), pk=pk)
+    if not can_collect_facts(request.user, node):
+        who = "staff" if node.team_id is None else f"staff or an admin of team {node.team}"
+        messages.error(request, f"Only {who} may collect the facts of {node.name}.")
+    else:
+        transaction.on_commit(partial(collect_facts_task.delay, node.pk))
+        messages.success(request, f"Collecting the facts of {node.name}: reload this page in a few seconds.")
+    return redirect("inventory:node-detail", pk=node.pk)
 
 
 @login_required
 def storage_list(request: HttpRequest) -> HttpResponse:
     return render(
-        request, "inventory/storage_list.html", {"systems": visible(selectors.storage_list(), request=request)}
+        request,
+        "inventory/storage_list.html",
+        {"systems": visible(selectors.storage_list().select_related("team"), request=request)},
     )

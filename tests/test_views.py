@@ -83,8 +83,11 @@ def page_urls(campaign: Campaign) -> list[str]:
     run = campaign.runs.order_by("sequence").first()
     urls = [
         reverse("campaigns:campaign-list"),
+        reverse("campaigns:dashboard"),
         reverse("campaigns:campaign-new"),
+        reverse("campaigns:campaign-new-fio"),
         reverse("campaigns:campaign-detail", args=[campaign.pk]),
+        reverse("campaigns:campaign-yaml", args=[campaign.pk]),
         reverse("campaigns:campaign-preview", args=[campaign.pk]),
         reverse("inventory:node-list"),
         reverse("inventory:node-detail", args=[campaign.nodes.get().pk]),
@@ -136,7 +139,7 @@ def test_it_loads_htmx_and_the_stylesheet_from_static_files_only(browser: Any) -
     assert "/static/vendor/htmx.min.js" in html
     assert "/static/rackbench.css" in html
     assert "https://" not in html
-    for label in ("Campaigns", "New fio campaign", "Nodes", "Storage", "Admin", "alice", "Log out"):
+    for label in ("Dashboard", "Campaigns", "New campaign", "Nodes", "Storage", "Admin", "alice", "Log out"):
         assert label in html
 
 
@@ -303,7 +306,7 @@ def test_it_answers_404_for_an_unknown_run(browser: Any) -> None:
     assert browser.get(reverse("campaigns:run-detail", args=[999])).status_code == 404
 
 
-# --- new campaign form -------------------------------------------------------------------------------------------
+# --- the quick fio form -------------------------------------------------------------------------------------------
 
 
 def form_data(**overrides: Any) -> dict[str, Any]:
@@ -325,7 +328,7 @@ def form_data(**overrides: Any) -> dict[str, Any]:
 
 @pytest.mark.django_db
 def test_it_creates_a_draft_campaign_from_the_form(browser: Any, node: Any, user: Any) -> None:
-    response = browser.post(reverse("campaigns:campaign-new"), form_data())
+    response = browser.post(reverse("campaigns:campaign-new-fio"), form_data())
     campaign = Campaign.objects.get(name="web-fio")
     assert response.status_code == 302
     assert response["Location"] == reverse("campaigns:campaign-detail", args=[campaign.pk])
@@ -343,7 +346,7 @@ def test_it_creates_a_draft_campaign_from_the_form(browser: Any, node: Any, user
 def test_it_creates_and_launches_a_campaign_from_the_form(browser: Any, node: Any) -> None:
     data = form_data(launch="")
     del data["create"]
-    browser.post(reverse("campaigns:campaign-new"), data)
+    browser.post(reverse("campaigns:campaign-new-fio"), data)
     campaign = Campaign.objects.get(name="web-fio")
     assert campaign.status == CampaignStatus.RUNNING
     assert campaign.runs.count() == 4 * (3 + 1)
@@ -352,8 +355,9 @@ def test_it_creates_and_launches_a_campaign_from_the_form(browser: Any, node: An
 @pytest.mark.django_db
 def test_it_offers_only_active_nodes(browser: Any, node: Any) -> None:
     node_upsert(name="lab9", address="127.0.0.9", status=NodeStatus.MAINTENANCE)
-    html = browser.get(reverse("campaigns:campaign-new")).content.decode()
-    assert 'value="lab1"' in html and 'value="lab9"' not in html
+    for page in ("campaigns:campaign-new", "campaigns:campaign-new-fio"):
+        html = browser.get(reverse(page)).content.decode()
+        assert 'value="lab1"' in html and 'value="lab9"' not in html, page
 
 
 @pytest.mark.django_db
@@ -378,7 +382,7 @@ def test_it_offers_only_active_nodes(browser: Any, node: Any) -> None:
 def test_it_shows_field_errors_and_creates_nothing_on_bad_input(
     browser: Any, node: Any, overrides: dict[str, Any], field: str, message: str
 ) -> None:
-    response = browser.post(reverse("campaigns:campaign-new"), form_data(**overrides))
+    response = browser.post(reverse("campaigns:campaign-new-fio"), form_data(**overrides))
     assert response.status_code == 200
     errors = response.context["form"].errors
     assert list(errors) == [field], errors
@@ -389,7 +393,7 @@ def test_it_shows_field_errors_and_creates_nothing_on_bad_input(
 
 @pytest.mark.django_db
 def test_it_refuses_a_name_already_taken(browser: Any, campaign: Campaign) -> None:
-    response = browser.post(reverse("campaigns:campaign-new"), form_data(name="fio-smoke"))
+    response = browser.post(reverse("campaigns:campaign-new-fio"), form_data(name="fio-smoke"))
     assert "already exists" in " ".join(response.context["form"].errors["name"])
     assert Campaign.objects.get(name="fio-smoke").fixed == {"bs": "4k", "size": "16M"}
 

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
 from django import template
+
+from campaigns import selectors
 
 register = template.Library()
 
@@ -20,3 +23,20 @@ def duration(start: datetime | None, end: datetime | None) -> str:
         return f"{minutes} min {secs:02d} s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min"
+
+
+@register.filter
+def seconds(value: float | timedelta | None) -> str:
+    """A number of seconds (or a timedelta) the way ``duration`` writes it; '—' for None."""
+    if value is None:
+        return "—"
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    start = datetime(2000, 1, 1)
+    return duration(start, start + timedelta(seconds=value))
+
+
+@register.filter
+def eta(campaign: Any) -> float | None:
+    """Seconds left for a campaign annotated by selectors.with_live_counts; None before a run has ended."""
+    return selectors.eta_seconds(mean=campaign.run_mean, total=campaign.run_total, done=campaign.run_done)
