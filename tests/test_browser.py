@@ -1,0 +1,79 @@
+"""The web UI in a real browser (Playwright driving Debian's headless Chromium) against a live server, a real
+Celery worker and the lab's sshd nodes running fio. Screenshots of every page land in var/test-artifacts/browser/.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from campaigns.models import Campaign, CampaignStatus
+from tests.browser import log_in, snap
+
+DEFINITION = """\
+name: browser-fio
+kind: fio
+description: fio reads and writes on one lab node, from the builder
+nodes: [lab1]
+repetitions: 2
+timeout: 120
+cache: {flush_clients: false}
+fixed: {bs: 64k, size: 8M}
+matrix:
+  rw: [read, write]
+"""
+
+
+@pytest.mark.lab
+@pytest.mark.worker
+def test_it_builds_launches_and_watches_a_campaign_to_the_end(
+    page: Any, lab: dict[str, Any], worker: Any, owner: Any
+) -> None:
+    log_in(page, "owner", "pw-owner-123")
+    snap(page, "01-dashboard-empty")
+
+    page.goto("/inventory/nodes/")
+    assert page.locator("table").get_by_text("lab1").count() == 1
+    snap(page, "02-nodes")
+
+    page.goto("/campaigns/new/")
+    definition = page.get_by_test_id("definition")
+    definition.fill(DEFINITION.replace("rw: [read, write]", "rw: [read, write, bogus]"))
+    definition.press("End")  # the preview listens for keyup
+    errors = page.get_by_test_id("preview-errors").filter(has_text="bogus")
+    errors.wait_for()  # the field and the bad value are named
+    assert "rw" in errors.inner_text()
+    snap(page, "03-builder-error")
+
+    definition.fill(DEFINITION)
+    definition.press("End")
+    page.locator("#preview-runs", has_text="4").wait_for()
+    assert "fio" in page.locator("#preview").inner_text()
+    snap(page, "04-builder-preview")
+
+    page.get_by_test_id("create-and-launch").click()
+    page.wait_for_url("**/campaigns/*/")
+    campaign = Campaign.objects.get(name="browser-fio")
+    assert campaign.team is not None and campaign.team.name == "blue"
+    snap(page, "05-campaign-launched")
+
+    # htmx polls the live region every 2 s; the progress bar moves to 4 / 4 and the polling stops
+    done = page.locator("#campaign-runs[data-status=succeeded]")
+    done.wait_for(timeout=150_000)
+    bar = page.locator("#progress")
+    assert bar.get_attribute("data-done") == bar.get_attribute("data-total") == "4"
+    assert done.get_attribute("hx-trigger") is None
+    assert page.locator("#run-grid a.cell[data-status=succeeded]").count() == 4
+    snap(page, "06-campaign-done")
+
+    page.locator("#run-grid a.cell").first.click()
+    page.wait_for_url("**/runs/*/")
+    assert "bw_bytes" in page.content()
+    snap(page, "07-run")
+
+    page.goto("/")
+    assert "browser-fio" in page.content()
+    snap(page, "08-dashboard")
+    campaign.refresh_from_db()
+    assert campaign.status == CampaignStatus.SUCCEEDED
