@@ -11,6 +11,7 @@ from accounts.selectors import Scope
 from campaigns.models import Baseline, Campaign, Result, Run, RunHost, Verdict
 from inventory.models import Credential, Interface, Node, Site, StorageSystem
 from inventory.services import tags_from_names
+from telemetry.models import Series
 
 Slug = serializers.SlugRelatedField
 
@@ -239,3 +240,53 @@ class RerunSerializer(serializers.Serializer):
     points = serializers.ListField(
         child=serializers.IntegerField(min_value=0), required=False, help_text="matrix points to measure again"
     )
+
+
+class SeriesSummarySerializer(serializers.Serializer[Any]):
+    """What the chunks' stored statistics say (of the rates, for a counter); p99 where the series was summarised."""
+
+    count = serializers.IntegerField()
+    mean = serializers.FloatField(allow_null=True)
+    min = serializers.FloatField(allow_null=True)
+    max = serializers.FloatField(allow_null=True)
+    p99 = serializers.FloatField(allow_null=True)
+
+
+class SeriesSerializer(serializers.ModelSerializer):
+    unit = serializers.CharField(
+        source="rate_unit", read_only=True, help_text="of what is read: per second for counters"
+    )
+    sample_unit = serializers.CharField(source="unit", read_only=True)
+
+    class Meta:
+        model = Series
+        fields = [
+            "id", "host", "name", "labels", "kind", "source", "unit", "sample_unit", "interval_ns", "sample_count",
+            "first_ns", "last_ns",
+        ]  # fmt: skip
+
+
+class SeriesOverviewSerializer(SeriesSerializer):
+    """A series (of telemetry.selectors.SeriesOverview) with its summary."""
+
+    summary = SeriesSummarySerializer(read_only=True)
+
+    class Meta(SeriesSerializer.Meta):
+        fields = [*SeriesSerializer.Meta.fields, "summary"]
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        return {**super().to_representation(instance.series), "summary": SeriesSummarySerializer(instance).data}
+
+
+class SeriesDataSerializer(SeriesSerializer):
+    """A window of a series: at full resolution one point per sample (min == max), else one per bucket."""
+
+    start_ns = serializers.IntegerField()
+    end_ns = serializers.IntegerField()
+    bucket_ns = serializers.IntegerField(help_text="0: every sample")
+    points = serializers.ListField(
+        child=serializers.ListField(child=serializers.FloatField()), help_text="[t_ns, min, max] per point"
+    )
+
+    class Meta(SeriesSerializer.Meta):
+        fields = [*SeriesSerializer.Meta.fields, "start_ns", "end_ns", "bucket_ns", "points"]

@@ -6,6 +6,7 @@ Every queryset goes through the request's scope (accounts.selectors): another te
 
 from __future__ import annotations
 
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -30,6 +31,11 @@ from campaigns.models import Baseline, Campaign, CampaignStatus, Result, Run, Ve
 from campaigns.presets import preset_get, preset_list
 from campaigns.spec import SpecError, load_yaml
 from inventory.models import Credential, Interface, Node, StorageSystem
+from telemetry import selectors as telemetry_selectors
+from telemetry.models import Series
+
+SERIES_POINTS = 2000  # a telemetry window's points by default: about a chart's width in pixels, twice
+SERIES_MAX_POINTS = 1_000_000
 
 
 class ScopedMixin:
@@ -296,6 +302,69 @@ class RunViewSet(ScopedMixin, viewsets.ReadOnlyModelViewSet):
     def get_queryset(self) -> QuerySet[Run]:
         runs = Run.objects.prefetch_related("hosts").order_by("campaign_id", "sequence")
         return self.scope.filter(runs, "campaign__team")
+
+    @extend_schema(responses=serializers.SeriesOverviewSerializer(many=True), filters=False)
+    @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
+    def telemetry(self, request: Request, pk: str) -> Response:
+        """The run's telemetry series (samplers, Prometheus, storage statistics), each with its summary."""
+        run = self.scope.filter(Run.objects.all(), "campaign__team").filter(pk=pk).first()
+        if run is None:
+            raise NotFound("No Run matches the given query.")
+        overviews = telemetry_selectors.run_series_overview(run_id=run.pk)
+        return Response(serializers.SeriesOverviewSerializer(overviews, many=True).data)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("t0", float, required=False, description="window start, seconds since the epoch"),
+            OpenApiParameter("t1", float, required=False, description="window end, seconds since the epoch"),
+            OpenApiParameter("points", int, required=False, description=f"at most (default {SERIES_POINTS})"),
+        ],
+        responses=serializers.SeriesDataSerializer,
+        filters=False,
+    )
+    @action(detail=True, methods=["get"], url_path=r"telemetry/(?P<series_id>[0-9]+)", filterset_class=None)
+    def telemetry_series(self, request: Request, pk: str, series_id: str) -> Response:
+        """A window of one series: every sample when the window holds at most ``points``, else ``points`` buckets
+        of min and max (counters as rates per second)."""
+        series = self.scope.filter(Series.objects.all(), "run__campaign__team").filter(pk=series_id, run_id=pk).first()
+        if series is None:
+            raise NotFound("No series matches the given query.")
+        query = request.query_params
+        window = telemetry_selectors.series_window(
+            series=series,
+            start_ns=_epoch_ns(query, "t0"),
+            end_ns=_epoch_ns(query, "t1"),
+            max_points=_bounded_int(query, "points", SERIES_POINTS, 1, SERIES_MAX_POINTS),
+        )
+        data = serializers.SeriesSerializer(series).data
+        return Response({**data, "start_ns": window.start_ns, "end_ns": window.end_ns, "bucket_ns": window.bucket_ns,
+                         "points": window.points()})  # fmt: skip
+
+
+def _epoch_ns(query: Any, name: str) -> int | None:
+    text = query.get(name, "")
+    if text == "":
+        return None
+    try:
+        value = Decimal(text)  # exact: a float would blur the nanoseconds of a zoomed-in window
+    except InvalidOperation:
+        value = Decimal(-1)
+    if not value.is_finite() or not 0 <= value < Decimal(2**63) / 10**9:
+        raise ValidationError({name: ["must be a time in seconds since the epoch, e.g. 1700000000.25"]})
+    return int(value * 10**9)
+
+
+def _bounded_int(query: Any, name: str, default: int, low: int, high: int) -> int:
+    text = query.get(name, "")
+    if text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise ValidationError({name: [f"must be a whole number from {low} to {high}"]})
+    return value
 
 
 class ResultCursor(CursorPagination):

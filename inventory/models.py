@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.core.validators import MinValueValidator
 from django.db import models
 
 from accounts.models import Team
@@ -147,6 +148,15 @@ class StorageSystem(models.Model):
     admin_user = models.CharField(max_length=64, blank=True)
     admin_credential = models.ForeignKey(
         Credential, null=True, blank=True, on_delete=models.PROTECT, related_name="storage_systems"
+    )
+    stats_command = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="run over SSH on the admin endpoint during runs that sample telemetry, every stats interval; "
+        "its output becomes series (read: isi statistics system --nodes all --format top)",
+    )
+    stats_interval_s = models.FloatField(
+        default=5.0, validators=[MinValueValidator(1.0)], help_text="seconds between two runs of the stats command"
     )
     rated_read_mbps = models.FloatField(null=True, blank=True, help_text="MB/s")
     rated_write_mbps = models.FloatField(null=True, blank=True, help_text="MB/s")

@@ -20,6 +20,7 @@ from campaigns import services
 from campaigns.models import Run, RunStatus
 from runners import execution, remote, ssh
 from runners.benchmarks.base import ParamError
+from telemetry.tasks import enqueue_prometheus_pull
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +138,8 @@ def run_collect_task(self: Task, run_id: int) -> None:
     except Exception as exc:
         _retry_or_fail(self, run_id, exc, kill=True)  # services may still run
         return
-    services.run_finish(run_id=run_id, status=status, error=error)
+    if services.run_finish(run_id=run_id, status=status, error=error):
+        enqueue_prometheus_pull(run_id)
 
 
 @shared_task(bind=True, max_retries=3, soft_time_limit=120, time_limit=150)
@@ -149,6 +151,7 @@ def run_kill_task(self: Task, run_id: int) -> None:
     try:
         execution.run_kill(run)
         execution.run_keep_output(run)
+        enqueue_prometheus_pull(run_id)  # a failed or cancelled run's window is evidence too
     except ssh.SSHError as exc:
         if exc.transient:
             raise self.retry(

@@ -14,6 +14,13 @@ batches of whole chunks), clipped to the end of the host's main command; each se
 results of the run (host and labels of the series, e.g. ``net.rx_bytes.max`` in B/s: the peak link throughput
 over one sampling interval; per-core CPU series are stored but not summarised: ``cpu.busiest_util`` is).
 
+An MPI job's other hosts (no main command of their own) are sampled until the run is collected and clipped to
+the latest end of the main commands. When the campaign's storage system has a statistics command
+(``StorageSystem.stats_command``), a loop on its admin endpoint runs it every ``stats_interval_s`` from the start
+of the main commands until the samplers stop; its output is parsed (runners/tools/isi_statistics.py) into series
+of the storage system (source "storage"). ``telemetry: {prometheus: [...]}`` is pulled after the run ends
+(telemetry.prometheus); ``groups: []`` with it pulls Prometheus without samplers.
+
 Telemetry never decides a run's outcome after it started: what cannot be fetched or decoded is recorded in the
 run's provenance (``telemetry.errors``) and the run's own results stand.
 """
@@ -39,20 +46,23 @@ from django.conf import settings
 from campaigns.models import Run
 from runners import remote, ssh
 from runners.benchmarks.base import ParamError
+from runners.tools import isi_statistics
 from runners.tools import sampler as tool
-from telemetry.models import Series
+from telemetry.models import Series, SeriesKind, SeriesSource
 from telemetry.services import CHUNK_SAMPLES, run_telemetry_summarize, series_append
 
 if TYPE_CHECKING:
+    from inventory.models import StorageSystem
     from runners.execution import HostJob, RunTarget
 
 log = logging.getLogger(__name__)
 
 DIR = "telemetry"
+STORAGE_DIR = "storage-stats"
 SAMPLER = Path(tool.__file__).resolve()
 GROUPS = tool.GROUPS
 FAST_GROUPS = tool.FAST_GROUPS
-KEYS = ("enabled", "interval", "fast_interval", "fast", "groups")
+KEYS = ("enabled", "interval", "fast_interval", "fast", "groups", "prometheus")
 MIN_FAST_NS = 1_000_000  # what a sysfs counter read and a Python tick can keep up with
 MIN_SLOW_NS = 100_000_000  # parsing /proc/stat, mountstats, ... takes a few ms on big hosts
 DEFAULT_INTERVAL = "1s"
@@ -125,7 +135,8 @@ def validate_telemetry(value: Any) -> dict[str, Any]:
     if not enabled:
         return {}
     groups = _group_list(value.get("groups", list(GROUPS)), "telemetry.groups")
-    if not groups:
+    queries = _prometheus(value.get("prometheus", []))
+    if not groups and not queries:
         raise ParamError("telemetry.groups", "names no group: leave telemetry out, or set enabled: false")
     fast = _group_list(value.get("fast", []), "telemetry.fast")
     for name in fast:
@@ -149,6 +160,8 @@ def validate_telemetry(value: Any) -> dict[str, Any]:
             )
         raise ParamError("telemetry.interval", message)
     config: dict[str, Any] = {"enabled": True, "interval": duration_text(interval), "groups": groups, "fast": fast}
+    if queries:
+        config["prometheus"] = queries
     if "fast_interval" in value and not fast:
         raise ParamError("telemetry.fast_interval", "is set but telemetry.fast names no group")
     if fast:
@@ -162,6 +175,20 @@ def validate_telemetry(value: Any) -> dict[str, Any]:
             raise ParamError("telemetry.fast_interval", f"must be shorter than interval ({duration_text(interval)})")
         config["fast_interval"] = duration_text(fast_interval)
     return config
+
+
+def _prometheus(value: Any) -> list[dict[str, Any]]:
+    from telemetry.prometheus import QueryError, validate_queries
+
+    try:
+        return validate_queries(value, "telemetry.prometheus")
+    except QueryError as exc:
+        raise ParamError(exc.field, exc.message) from None
+
+
+def samples(run: Run) -> bool:
+    """Whether the run's hosts run samplers (a campaign may only pull Prometheus: ``groups: []``)."""
+    return bool(run.campaign.telemetry.get("groups"))
 
 
 def sampler_argv(config: dict[str, Any], *, end_marker: str | None, max_seconds: float) -> list[str]:
@@ -189,6 +216,14 @@ def prepare(run: Run, jobs: list[HostJob]) -> dict[str, Any]:
     Sets ``job.telemetry_dir`` on each job. A host that cannot run the sampler fails the run now, with the reason.
     """
     config = run.campaign.telemetry
+    outcome: dict[str, Any] = {"settings": config}
+    stats = storage_prepare(run)
+    if stats:
+        outcome["storage"] = stats
+        if stats.get("error"):
+            outcome["warnings"] = [f"storage: {stats['error']}"]
+    if not samples(run):
+        return outcome
     max_seconds = run.campaign.run_timeout_s + 600  # the sampler's own safety net, should nothing stop it
 
     def prepare_host(job: HostJob) -> dict[str, Any]:
@@ -207,7 +242,7 @@ def prepare(run: Run, jobs: list[HostJob]) -> dict[str, Any]:
 
     results = ssh.fan_out(jobs, prepare_host, workers=settings.RACKBENCH["SSH_FANOUT"])
     _raise_first(results)
-    return {"settings": config, "hosts": {j.row.host: r for j, r in zip(jobs, results, strict=True)}}
+    return {**outcome, "hosts": {j.row.host: r for j, r in zip(jobs, results, strict=True)}}
 
 
 def start(jobs: list[HostJob]) -> None:
@@ -215,6 +250,8 @@ def start(jobs: list[HostJob]) -> None:
     samplers = [j for j in jobs if j.telemetry_dir]
     _raise_first(ssh.fan_out(samplers, lambda j: remote.job_submit(j.target, j.telemetry_dir)))
     _raise_first(ssh.fan_out(samplers, _wait_ready))
+    if jobs:
+        storage_start(jobs[0].row.run)  # the rows came from run.hosts: their run is loaded already
 
 
 def _wait_ready(job: HostJob) -> None:
@@ -233,16 +270,112 @@ def _wait_ready(job: HostJob) -> None:
 
 
 def stop(run: Run, hosts: list[RunTarget]) -> None:
-    """SIGTERM every sampler of the run (each flushes its files), SIGKILL what is left after a grace period."""
-    if run.campaign.telemetry:
-        ssh.fan_out(hosts, lambda h: remote.job_kill(h.target, sampler_dir(h.row.remote_dir), grace=STOP_GRACE))
+    """SIGTERM every sampler of the run (each flushes its files) and the storage statistics loop, SIGKILL what is
+    left after a grace period."""
+    jobs = kill_jobs(run, hosts)
+    ssh.fan_out(jobs, lambda job: remote.job_kill(*job, grace=STOP_GRACE))
 
 
 def kill_jobs(run: Run, hosts: list[RunTarget]) -> list[tuple[remote.Target, str]]:
-    """The (target, job directory) of every sampler of the run, for killing the run's leftovers."""
-    if not run.campaign.telemetry:
-        return []
-    return [(h.target, sampler_dir(h.row.remote_dir)) for h in hosts]
+    """The (target, job directory) of every sampler of the run and of its storage statistics loop."""
+    jobs = [(h.target, sampler_dir(h.row.remote_dir)) for h in hosts] if samples(run) else []
+    storage = stats_storage(run)
+    if storage is not None:
+        try:
+            jobs.append((remote.storage_target(storage), storage_dir(run)))
+        except ssh.SSHError as exc:  # no admin endpoint (any more): nothing was started there
+            log.warning("run %s: storage statistics not stopped: %s", run.pk, exc)
+    return jobs
+
+
+# --- the storage system's statistics -------------------------------------------------------------------------
+
+
+def stats_storage(run: Run) -> StorageSystem | None:
+    """The run's storage system when the campaign samples telemetry and the storage has a statistics command."""
+    storage = run.campaign.storage
+    if run.campaign.telemetry and storage is not None and storage.stats_command.strip():
+        return storage
+    return None
+
+
+def storage_dir(run: Run) -> str:
+    """The loop's job directory on the storage's admin endpoint (under rackbench's remote root there)."""
+    return f"{settings.RACKBENCH['REMOTE_ROOT']}/{STORAGE_DIR}/run-{run.pk}-{run.uid.hex[:12]}"
+
+
+def storage_script(command: str, interval_s: float, max_seconds: float) -> str:
+    """A POSIX sh loop (OneFS is FreeBSD: no bash, no ``date +%N``) that runs the command every ``interval_s``,
+    each output preceded by a line with the time it started, and ends by itself after ``max_seconds``."""
+    argv = shlex.join(shlex.split(command))
+    return (
+        "#!/bin/sh\n"
+        "# Written by rackbench: the storage system's statistics during one run.\n"
+        f"end=$(( $(date +%s) + {int(max_seconds)} ))\n"
+        'while [ "$(date +%s)" -lt "$end" ]; do\n'
+        f'  echo "{isi_statistics.MARKER} $(date +%s)"\n'
+        f"  {argv}\n"
+        f"  sleep {interval_s:g}\n"
+        "done\n"
+    )
+
+
+def storage_prepare(run: Run) -> dict[str, Any] | None:
+    """Write the statistics loop on the storage's admin endpoint; what cannot be written is a warning, not a
+    failure of the run (the benchmark does not need it)."""
+    storage = stats_storage(run)
+    if storage is None:
+        return None
+    record: dict[str, Any] = {
+        "storage": storage.name,
+        "command": storage.stats_command,
+        "interval_s": storage.stats_interval_s,
+        "dir": storage_dir(run),
+    }
+    script = storage_script(storage.stats_command, storage.stats_interval_s, run.campaign.run_timeout_s + 600)
+    try:
+        remote.job_prepare(remote.storage_target(storage), record["dir"], extra_dirs=[], files={"command.sh": script})
+    except ssh.SSHError as exc:
+        record["error"] = f"the statistics command cannot be set up on {storage.name}: {exc}"
+    return record
+
+
+def storage_start(run: Run) -> None:
+    storage = stats_storage(run)
+    if storage is None:
+        return
+    try:
+        remote.job_submit(remote.storage_target(storage), storage_dir(run))
+    except ssh.SSHError as exc:  # the storage's endpoint is not the benchmark's: the run goes on without it
+        log.warning("run %s: storage statistics not started: %s", run.pk, exc)
+
+
+def storage_collect(run: Run, storage: StorageSystem) -> dict[str, Any]:
+    """Fetch the loop's output, store each column of each node as a series of the storage system (replacing an
+    earlier collection's). Returns what was stored and the errors, never raises for the storage's sake."""
+    outcome: dict[str, Any] = {"storage": storage.name, "series": 0, "samples": 0, "errors": []}
+    where = f"{storage.stats_command!r} on {storage.name}"
+    try:
+        stdout, stderr = remote.job_output(remote.storage_target(storage), storage_dir(run))
+    except ssh.SSHError as exc:
+        outcome["errors"].append(f"{where}: its output cannot be fetched: {exc}")
+        return outcome
+    try:
+        parsed = isi_statistics.parse_stream(stdout)
+    except isi_statistics.StatsParseError as exc:
+        detail = f" (stderr: {stderr.strip()[-300:]})" if stderr.strip() else ""
+        outcome["errors"].append(f"{where}: {exc}{detail}")
+        return outcome
+    Series.objects.filter(run=run, source=SeriesSource.STORAGE).delete()
+    for one in parsed:
+        series_append(
+            run=run, host=storage.name, name=one.name, labels=one.labels, unit=one.unit, kind=SeriesKind.GAUGE,
+            timestamps_ns=np.array(one.timestamps_ns, dtype=np.int64), values=np.array(one.values),
+            interval_ns=round(storage.stats_interval_s * 1e9), source=SeriesSource.STORAGE,
+        )  # fmt: skip
+        outcome["series"] += 1
+        outcome["samples"] += len(one.timestamps_ns)
+    return outcome
 
 
 # --- storing --------------------------------------------------------------------------------------------------
@@ -261,14 +394,21 @@ def collect(run: Run, hosts: list[RunTarget]) -> dict[str, Any]:
 
     Idempotent: a host's series are replaced. Errors are recorded per host in the run's provenance, not raised.
     """
-    if not run.campaign.telemetry:
+    storage = stats_storage(run)
+    if not samples(run) and storage is None:
         return {}
     outcome: dict[str, Any] = {"hosts": {}, "errors": []}
+    # Main hosts first: a host that only takes part in an MPI job has no end of its own; its samples are clipped
+    # to the latest end of the main commands.
+    hosts = sorted(hosts, key=lambda h: not h.row.command) if samples(run) else []
+    ends: list[int] = []
     for host, future in _fetched(hosts):
         try:
             files = future.result()
             started = time.monotonic()
-            stored = ingest(run=run, host=host.row.host, blobs=files.blobs)
+            stored = ingest(run=run, host=host.row.host, blobs=files.blobs, end_ns=max(ends, default=None))
+            if stored.get("ended_ns"):
+                ends.append(stored["ended_ns"])
             outcome["hosts"][host.row.host] = {
                 "bytes": files.bytes,
                 "fetch_seconds": round(files.seconds, 3),
@@ -278,9 +418,15 @@ def collect(run: Run, hosts: list[RunTarget]) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001 - one host's telemetry must not cost the others theirs
             log.warning("run %s: telemetry of %s not stored: %s", run.pk, host.row.host, exc)
             outcome["errors"].append(f"{host.row.host}: {exc}")
+    warnings: list[str] = []
+    if storage is not None:
+        outcome["storage"] = storage_collect(run, storage)
+        warnings += [f"storage: {e}" for e in outcome["storage"].get("errors", [])]
     run_telemetry_summarize(run=run, skip=UNSUMMARISED)
     provenance = dict(Run.objects.values_list("provenance", flat=True).get(pk=run.pk))
-    provenance["telemetry"] = {**provenance.get("telemetry", {}), "collected": outcome}
+    telemetry = dict(provenance.get("telemetry", {}))
+    kept = [w for w in telemetry.get("warnings", []) if not w.startswith("storage: ")]
+    provenance["telemetry"] = {**telemetry, "collected": outcome, "warnings": kept + warnings}
     Run.objects.filter(pk=run.pk).update(provenance=provenance)
     return outcome
 
@@ -324,11 +470,15 @@ class _Stream:
     last_ns: int = -(2**63)
 
 
-def ingest(*, run: Run, host: str, blobs: list[bytes]) -> dict[str, int]:
-    """Store the samples of a host's sampler files as series of the run, replacing the host's earlier ones."""
-    Series.objects.filter(run=run, host=host).delete()
+def ingest(*, run: Run, host: str, blobs: list[bytes], end_ns: int | None = None) -> dict[str, int]:
+    """Store the samples of a host's sampler files as series of the run, replacing the host's earlier ones.
+
+    Samples after the end of the host's main command are left out; a host without one (an MPI job's other hosts)
+    is clipped at ``end_ns`` when given. Returns the counts stored and ``ended_ns``, the main command's end.
+    """
+    Series.objects.filter(run=run, host=host, source=SeriesSource.SAMPLER).delete()
     streams: dict[tuple[int, int], _Stream] = {}
-    end_ns = None
+    ended_ns = None
     for index, blob in enumerate(blobs):  # definitions and the main command's end first
         for kind, payload in tool.read_frames(blob):
             if kind == tool.DEFINE:
@@ -336,7 +486,8 @@ def ingest(*, run: Run, host: str, blobs: list[bytes]) -> dict[str, int]:
                 dtype = np.dtype("<i8" if definition["type"] == "q" else "<f8")
                 streams[(index, definition["stream"])] = _Stream(definition, dtype)
             elif kind == tool.END:
-                end_ns = json.loads(bytes(payload))["main_ended_ns"]
+                ended_ns = json.loads(bytes(payload))["main_ended_ns"]
+    end_ns = ended_ns or end_ns
     totals = {"series": 0, "samples": 0}
     for index, blob in enumerate(blobs):
         for kind, payload in tool.read_frames(blob):
@@ -353,7 +504,9 @@ def ingest(*, run: Run, host: str, blobs: list[bytes]) -> dict[str, int]:
                 _store(run, host, stream, end_ns, totals)
     for stream in streams.values():
         _store(run, host, stream, end_ns, totals)
-    totals["series"] = Series.objects.filter(run=run, host=host).count()
+    totals["series"] = Series.objects.filter(run=run, host=host, source=SeriesSource.SAMPLER).count()
+    if ended_ns:
+        totals["ended_ns"] = ended_ns
     return totals
 
 

@@ -25,6 +25,12 @@ def labels_key(labels: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(labels, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+class SeriesSource(models.TextChoices):
+    SAMPLER = "sampler"  # rackbench's sampler on a host of the run (runners/tools/sampler.py)
+    PROMETHEUS = "prometheus"  # pulled from Prometheus after the run (telemetry.prometheus)
+    STORAGE = "storage"  # the storage system's statistics command (runners/storage_stats.py)
+
+
 class Series(models.Model):
     # The unique (run, host, name, labels_key) index serves lookups by run: no separate foreign-key index.
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="series", db_index=False)
@@ -34,6 +40,7 @@ class Series(models.Model):
     labels_key = models.CharField(max_length=64, editable=False)
     unit = models.CharField(max_length=30, blank=True, help_text="of the samples; a counter's rates are per second")
     kind = models.CharField(max_length=10, choices=SeriesKind.choices)
+    source = models.CharField(max_length=20, choices=SeriesSource.choices, default=SeriesSource.SAMPLER)
     interval_ns = models.BigIntegerField(help_text="nominal sampling interval")
     sample_count = models.BigIntegerField(default=0)
     first_ns = models.BigIntegerField(null=True, blank=True, help_text="first timestamp, ns since the epoch")

@@ -10,12 +10,14 @@ import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
+from django.db.models import Max, Min, Sum
 
+from campaigns.models import Result
 from telemetry import codec
-from telemetry.models import Chunk, Series, SeriesKind
+from telemetry.models import Chunk, Series, SeriesKind, labels_key
 
 
 @dataclass(frozen=True)
@@ -202,3 +204,47 @@ def series_summary(*, series: Series) -> SeriesSummary:
     else:
         mean = float(y.mean())
     return SeriesSummary(len(y), mean, float(np.percentile(y, 99)), float(y.max()), series.rate_unit)
+
+
+@dataclass(frozen=True)
+class SeriesOverview:
+    """A series with what its chunks' stored statistics say of it, read without decoding a sample; ``p99`` is the
+    one the run's results hold (recorded when the series was summarised, None for series that are not)."""
+
+    series: Series
+    count: int
+    mean: float | None
+    min: float | None
+    max: float | None
+    p99: float | None
+
+
+def run_series_overview(*, run_id: int) -> list[SeriesOverview]:
+    """Every series of a run with its summary, in three queries whatever the number of series."""
+    series = list(Series.objects.filter(run_id=run_id).order_by("host", "name", "labels_key"))
+    stats: dict[int, dict[str, Any]] = {
+        row["series_id"]: dict(row)
+        for row in Chunk.objects.filter(series__run_id=run_id)
+        .values("series_id")
+        .annotate(low=Min("min"), high=Max("max"), total=Sum("sum"), samples=Sum("count"))
+    }
+    p99s = {
+        (host, name.removesuffix(".p99"), labels_key(labels)): value
+        for host, name, labels, value in Result.objects.filter(run_id=run_id, name__endswith=".p99").values_list(
+            "host", "name", "labels", "value"
+        )
+    }
+    overviews = []
+    for s in series:
+        row = stats.get(s.pk, {})
+        total = row.get("total")
+        if s.kind == SeriesKind.COUNTER:
+            span = (s.last_ns or 0) - (s.first_ns or 0)
+            mean = total * 1e9 / span if total is not None and span > 0 else None
+            count = max(s.sample_count - 1, 0)  # rates
+        else:
+            mean = total / s.sample_count if total is not None and s.sample_count else None
+            count = s.sample_count
+        p99 = p99s.get((s.host, s.name, s.labels_key))
+        overviews.append(SeriesOverview(s, count, mean, row.get("low"), row.get("high"), p99))
+    return overviews

@@ -7,11 +7,13 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from django.conf import settings
 from django.db import connection, transaction
+from django.utils import timezone
 
 from campaigns.models import Result, Run
 from telemetry import codec, selectors
-from telemetry.models import Chunk, Series, SeriesKind, labels_key
+from telemetry.models import Chunk, Series, SeriesKind, SeriesSource, labels_key
 
 CHUNK_SAMPLES = 65_536
 
@@ -32,6 +34,7 @@ def series_append(
     values: npt.ArrayLike,
     interval_ns: int | None = None,
     precision: float | None = None,
+    source: str = SeriesSource.SAMPLER,
 ) -> Series:
     """Append samples to a series of the run, creating it on first use.
 
@@ -51,7 +54,13 @@ def series_append(
             host=host,
             name=name,
             labels_key=labels_key(labels),
-            defaults={"labels": labels, "unit": unit, "kind": kind, "interval_ns": interval_ns or 0},
+            defaults={
+                "labels": labels,
+                "unit": unit,
+                "kind": kind,
+                "source": source,
+                "interval_ns": interval_ns or 0,
+            },
         )
         if not created and (series.kind, series.unit) != (kind, unit):
             raise ValueError(f"{series} is a {series.kind} in {series.unit!r}, not a {kind} in {unit!r}")
@@ -158,16 +167,22 @@ def _chunks_insert(chunks: Sequence[Chunk]) -> None:
             copy.write_row((c.series_id, c.seq, c.t0_ns, c.t1_ns, c.count, c.min, c.max, c.sum, c.data))
 
 
-def run_telemetry_summarize(*, run: Run, skip: Collection[str] = ()) -> list[Result]:
+def run_telemetry_summarize(
+    *, run: Run, skip: Collection[str] = (), sources: Collection[str] | None = None
+) -> list[Result]:
     """Record each series' mean, p99 and max (of the rate, for counters) as results of the run.
 
     Named ``<series name>.<stat>`` with the series' host and labels, e.g. ``net.rx_bytes.max`` in B/s: the peak
     link throughput over one sampling interval. Series named in ``skip`` (details such as per-core utilisation,
-    whose summaries would swamp the results) are left out. Recording again replaces what an earlier call recorded.
+    whose summaries would swamp the results) are left out; with ``sources``, only series from those sources are
+    summarised. Recording again replaces what an earlier call recorded.
     """
     results = []
+    rows = Series.objects.filter(run=run).exclude(name__in=skip)
+    if sources is not None:
+        rows = rows.filter(source__in=sources)
     with transaction.atomic():
-        for series in Series.objects.filter(run=run).exclude(name__in=skip).order_by("host", "name", "labels_key"):
+        for series in rows.order_by("host", "name", "labels_key"):
             names = [f"{series.name}.{stat}" for stat in SUMMARY_STATS]
             Result.objects.filter(run=run, host=series.host, name__in=names, labels=series.labels).delete()
             summary = selectors.series_summary(series=series)
@@ -182,3 +197,66 @@ def _summary_results(run: Run, series: Series, names: Iterable[str], stats: Iter
         for name, value in zip(names, stats, strict=True)
         if value is not None
     ]
+
+
+def run_prometheus_pull(*, run: Run) -> dict[str, Any]:
+    """Pull the run's Prometheus queries over its time window and store every series they give (replacing what an
+    earlier pull of the same query stored), then summarise them into results like the samplers' series.
+
+    Never raises for Prometheus' sake: each query that fails is a warning, recorded with the outcome in the run's
+    provenance (``telemetry.prometheus``). Returns that outcome.
+    """
+    from telemetry import prometheus
+
+    outcome: dict[str, Any] = {"url": settings.RACKBENCH["PROMETHEUS_URL"], "series": 0, "samples": 0, "warnings": []}
+    try:
+        queries = prometheus.queries_for(run.campaign.telemetry or {})
+    except prometheus.QueryError as exc:
+        queries = []
+        outcome["warnings"].append(str(exc))
+    start, end = run.started_at, run.finished_at or timezone.now()
+    if not queries or not outcome["url"] or start is None:
+        return outcome
+    hosts = list(run.hosts.order_by("host").values_list("host", "address"))
+    outcome["window"] = [start.isoformat(), end.isoformat()]
+    for query in queries:
+        step = prometheus.step_seconds(query, run.campaign.telemetry or {}, start, end)
+        asks = [(h, query.for_host(h, a)) for h, a in hosts] if query.per_host else [(None, query.query)]
+        for host, expr in asks:
+            try:
+                result = prometheus.query_range(expr, start=start, end=end, step_s=step)
+            except prometheus.PrometheusError as exc:
+                outcome["warnings"].append(f"{query.name}{f' on {host}' if host else ''}: {exc}")
+                continue  # what an earlier pull stored stays
+            earlier = Series.objects.filter(
+                run=run, source=SeriesSource.PROMETHEUS, name=prometheus.PREFIX + query.name
+            )
+            (earlier.filter(host=host) if host else earlier).delete()
+            for item in result:
+                labels = {str(k): str(v) for k, v in (item.get("metric") or {}).items()}
+                timestamps, values = prometheus.samples(item.get("values") or [])
+                if not timestamps:
+                    continue
+                where = host or labels.get("instance") or "prometheus"
+                series_append(
+                    run=run, host=where[:100], name=f"{prometheus.PREFIX}{query.name}", labels=labels,
+                    unit=query.unit, kind=SeriesKind.GAUGE, timestamps_ns=np.array(timestamps, dtype=np.int64),
+                    values=np.array(values, dtype=np.float64), interval_ns=round(step * 1e9),
+                    source=SeriesSource.PROMETHEUS,
+                )  # fmt: skip
+                outcome["series"] += 1
+                outcome["samples"] += len(timestamps)
+    run_telemetry_summarize(run=run, sources=[SeriesSource.PROMETHEUS])
+    return outcome
+
+
+def run_telemetry_note(*, run_id: int, key: str, outcome: dict[str, Any]) -> None:
+    """Record ``outcome`` as ``provenance.telemetry.<key>``; its warnings join ``provenance.telemetry.warnings``."""
+    with transaction.atomic():
+        provenance = dict(Run.objects.select_for_update().values_list("provenance", flat=True).get(pk=run_id))
+        telemetry = dict(provenance.get("telemetry") or {})
+        telemetry[key] = outcome
+        kept = [w for w in telemetry.get("warnings", []) if not w.startswith(f"{key}: ")]
+        telemetry["warnings"] = kept + [f"{key}: {w}" for w in outcome["warnings"]]
+        provenance["telemetry"] = telemetry
+        Run.objects.filter(pk=run_id).update(provenance=provenance)

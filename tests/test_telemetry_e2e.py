@@ -110,3 +110,23 @@ def test_a_cancelled_run_leaves_no_sampler_behind(lab: dict[str, Any], worker: A
     )
     assert collected["errors"] == [] and collected["hosts"]["lab1"]["samples"] > 0
     assert Series.objects.filter(run=run, name="net.rx_bytes").exists()
+
+
+def test_an_mpi_runs_other_host_is_sampled_up_to_the_benchmarks_end_and_stopped(
+    lab: dict[str, Any], worker: Any
+) -> None:
+    from tests.test_mpi_e2e import storage_read
+
+    data = {**storage_read("sampled-mpi", ["lab1", "lab2"]), "matrix": {"nodes": [2]}, "telemetry": TELEMETRY}
+    campaign = services.campaign_launch(campaign=services.campaign_apply(data=data))
+
+    assert finished(campaign).status == CampaignStatus.SUCCEEDED, campaign.runs.get().error
+    run = campaign.runs.get()
+    other = run.hosts.get(host="lab2")
+    assert not other.command  # lab2 only hosts ranks: no end of its own
+    ended = os.stat(Path(run.hosts.get(host="lab1").remote_dir) / "exit_code").st_mtime_ns
+    for host in ("lab1", "lab2"):
+        lo = Series.objects.get(run=run, host=host, name="net.rx_bytes", labels={"nic": "lo"})
+        assert ended - 100 * MS < lo.last_ns <= ended + MS, host  # clipped to the primary's end
+    pid = int((Path(other.remote_dir) / "telemetry" / "pid").read_text())
+    assert not group_alive(pid)

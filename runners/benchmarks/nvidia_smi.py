@@ -1,9 +1,11 @@
-"""nvidia_smi: a parser for recorded GPU telemetry, not a benchmark that runs.
+"""nvidia_smi: a parser for GPU telemetry recorded by hand, not a benchmark that runs.
 
-GPU telemetry is recorded during other runs by the telemetry sampler, alongside the benchmark; a run whose only
-job is to sample nvidia-smi would measure idle GPUs. So build() and validate() refuse the kind, and a campaign
-cannot use it; parse() turns what the sampler recorded into metrics (and ``manage.py parse_output --kind
-nvidia_smi`` reads a file recorded by hand). Two recordings are understood:
+GPU telemetry during runs is the telemetry sampler's (runners/tools/sampler.py, ``gpu`` group): it reads
+nvidia-smi itself on the node and its samples are stored as series (gpu.util, gpu.power_w, ...), summarised into
+results like every series; this module plays no part in that. A run whose only job is to sample nvidia-smi would
+measure idle GPUs, so build() and validate() refuse the kind and a campaign cannot use it. What parse() is for:
+``manage.py parse_output --kind nvidia_smi`` turns a file recorded by hand into metrics. Two recordings are
+understood:
 
 1. ``nvidia-smi --query-gpu=<fields> --format=csv[,noheader][,nounits] [-l 1]``, e.g. with QUERY_FIELDS below.
    Columns are found by the header's names (``utilization.gpu [%]``, the alias ``clocks.sm`` printed as
