@@ -6,10 +6,14 @@ over one shared time window, so the charts of a run line up and can be read agai
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from telemetry import codec
 from telemetry.models import Series
-from telemetry.selectors import SeriesWindow, series_window
+from telemetry.selectors import SeriesWindow, _bucketed, series_window
 
 WIDTH, HEIGHT = 600, 90
 POINTS = 300  # buckets per chart: about two pixels each
@@ -37,12 +41,43 @@ def chart(series: Series, *, start_ns: int, end_ns: int) -> Chart:
     span_t = max(end_ns - start_ns, 1)
     span_y = (high - low) or 1.0
 
-    def xy(ts: int, v: float) -> str:
-        return f"{(ts - start_ns) * WIDTH / span_t:.1f},{HEIGHT - (v - low) * HEIGHT / span_y:.1f}"
+    def x_px(ts: float) -> float:
+        return (ts - start_ns) * WIDTH / span_t
 
-    forward = [xy(ts, v) for ts, v in zip(t, hi, strict=True)]
-    back = [xy(ts, v) for ts, v in zip(reversed(t), reversed(lo), strict=True)]
-    return Chart(series=series, window=window, band=" ".join(forward + back), low=low, high=high)
+    def y_px(v: float) -> float:
+        return HEIGHT - (v - low) * HEIGHT / span_y
+
+    return Chart(series=series, window=window, band=band_points(t, lo, hi, x_px, y_px), low=low, high=high)
+
+
+def band_points(
+    xs: Sequence[float],
+    lows: Sequence[float],
+    highs: Sequence[float],
+    x_px: Callable[[float], float],
+    y_px: Callable[[float], float],
+) -> str:
+    """SVG polygon points of a min/max band: the max line forward, the min line back (pixels from x_px, y_px)."""
+    forward = [f"{x_px(x):.1f},{y_px(v):.1f}" for x, v in zip(xs, highs, strict=True)]
+    back = [f"{x_px(x):.1f},{y_px(v):.1f}" for x, v in zip(reversed(xs), reversed(lows), strict=True)]
+    return " ".join(forward + back)
+
+
+def minmax_buckets(
+    x: codec.FloatArray, y: codec.FloatArray, *, max_points: int
+) -> tuple[codec.FloatArray, codec.FloatArray, codec.FloatArray]:
+    """Any series (x sorted ascending) in at most ``max_points`` equal buckets of x, each its least and greatest
+    y (the run page's downsampling, telemetry.selectors.series_window, for series that are not telemetry).
+
+    Answers (bucket start, min, max); a series that already fits comes back whole, with min == max.
+    """
+    if len(x) <= max_points:
+        return x, y, y
+    start = float(x[0])
+    width = (float(x[-1]) - start) / max_points or 1.0
+    ids = np.minimum(((x - start) // width).astype(np.int64), max_points - 1)
+    buckets = _bucketed(ids, y, start=0, width=1)
+    return (start + buckets.ids * width).astype(np.float64), buckets.min, buckets.max
 
 
 def run_window(series: list[Series], t0_s: float | None, t1_s: float | None) -> tuple[int, int, int]:

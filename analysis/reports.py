@@ -1,0 +1,279 @@
+"""What each analysis page shows, built from the selectors' aggregates: its tables (also the exports) and its chart.
+
+The comparison's statistics are campaigns.selectors.compare's (itself the verdict rule of campaigns.verdicts); this
+module only words and colours its outcomes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from analysis import calculations, charts, selectors
+from analysis.exports import Table
+from campaigns import verdicts
+from campaigns.models import Campaign
+from inventory.models import StorageSystem
+
+# --- compare ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Change:
+    css: str  # change-better, change-worse, change-none, change-missing
+    text: str
+    reason: str
+
+
+def change_of(change: dict[str, Any] | None, cell: dict[str, Any] | None, base: dict[str, Any] | None) -> Change:
+    """How a judged change reads: better or worse only when the verdict rule found it significant."""
+    if change is None:
+        return Change("change-reference", "reference", "the first set: every other column is compared with it")
+    if cell is None or base is None:
+        side = "this set" if cell is None else "the reference"
+        return Change("change-missing", "not measured", f"{side} has no values for this metric")
+    pct = change["change_pct"]
+    amount = f"{pct:+.1f}%" if pct is not None else "from zero"
+    outcome = change["outcome"]
+    if outcome == verdicts.REGRESSION:
+        return Change("change-worse", f"{amount} worse", change["reason"])
+    if outcome == verdicts.IMPROVEMENT:
+        return Change("change-better", f"{amount} better", change["reason"])
+    return Change("change-none", f"{amount}: no significant change", change["reason"])
+
+
+@dataclass
+class CompareRow:
+    params: str
+    metric: str
+    unit: str
+    higher_is_better: bool
+    cells: list[tuple[dict[str, Any] | None, Change]] = field(default_factory=list)
+
+
+def compare_report(result: dict[str, Any]) -> tuple[list[CompareRow], Table]:
+    labels = [c["label"] for c in result["columns"]]
+    columns = ["parameters", "metric", "unit", "better"]
+    for label in labels:
+        columns += [f"{label} mean", f"{label} stdev", f"{label} n", f"{label} change %", f"{label} verdict"]
+    table = Table("compare", "Comparison", columns)
+    rows = []
+    for r in result["rows"]:
+        params = selectors.describe_params(r["params"]) if result["by_point"] else ""
+        row = CompareRow(params, r["metric"], r["unit"], r["higher_is_better"])
+        record: list[Any] = [params, r["metric"], r["unit"], "higher" if r["higher_is_better"] else "lower"]
+        base = r["values"][0]
+        for cell, change in zip(r["values"], r["changes"], strict=True):
+            judged = change_of(change, cell, base)
+            row.cells.append((cell, judged))
+            record += [cell["mean"] if cell else None, cell["stdev"] if cell else None, cell["n"] if cell else 0,
+                       change["change_pct"] if change else None, judged.text]  # fmt: skip
+        rows.append(row)
+        table.rows.append(record)
+    return rows, table
+
+
+# --- series --------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Series:
+    label: str
+    points: list[selectors.PointStat]
+    xs: list[float]
+
+
+def _split(
+    stats: list[selectors.PointStat], campaigns: list[Campaign], x: str, *, by_host: bool = False
+) -> list[Series]:
+    """One series per campaign and per value of the matrix axes other than x (and per host and labels in sweeps)."""
+    names = {c.pk: c.name for c in campaigns}
+    along = {x, "nodes"} if x in (selectors.X_HOSTS, selectors.X_GPUS) else {x}  # axes that move along x
+    axes = {c.pk: [a for a, _ in c.matrix if a not in along] for c in campaigns}
+    groups: dict[tuple[Any, ...], list[tuple[float, selectors.PointStat]]] = defaultdict(list)
+    for s in stats:
+        value = selectors.x_value(s, x)
+        if value is None:
+            continue
+        split = tuple((a, s.params.get(a)) for a in axes[s.campaign_id])
+        labels = tuple(sorted((k, v) for k, v in s.labels.items() if k != x))
+        groups[(s.campaign_id, split, s.host if by_host else "", labels)].append((value, s))
+    order = {c.pk: i for i, c in enumerate(campaigns)}
+    series = []
+    for key in sorted(groups, key=lambda k: (order[k[0]], str(k[1:]))):
+        cid, split, host, labels = key
+        parts = [names[cid]]
+        parts += [f"{a}={v}" for a, v in split]
+        if by_host:
+            parts.append(host or "aggregate")
+        parts += [f"{k}={v}" for k, v in labels]
+        pts = sorted(groups[key], key=lambda p: p[0])
+        series.append(Series(" · ".join(parts), [p for _, p in pts], [x for x, _ in pts]))
+    return series
+
+
+def x_title(x: str) -> str:
+    return {selectors.X_HOSTS: "nodes (hosts per run)", selectors.X_GPUS: "GPUs"}.get(x, x)
+
+
+def _error_bars(points: list[selectors.PointStat]) -> tuple[list[float], list[float]]:
+    return [p.mean - (p.stdev or 0) for p in points], [p.mean + (p.stdev or 0) for p in points]
+
+
+def scaling_report(
+    *, campaigns: list[Campaign], metric: str, x: str, where: dict[str, str]
+) -> tuple[charts.Figure, Table]:
+    stats = [s for s in selectors.point_stats(campaign_ids=[c.pk for c in campaigns], metric=metric)
+             if all(str(s.params.get(k)) == v for k, v in where.items())]  # fmt: skip
+    unit = stats[0].unit if stats else ""
+    table = Table("scaling", f"{metric} against {x_title(x)}",
+                  ["series", x_title(x), f"{metric} mean", "stdev", "n", "linear", "efficiency %", "unit"])  # fmt: skip
+    lines: list[charts.Line] = []
+    for series in _split(stats, campaigns, x):
+        scaled = calculations.scaling([(x_, p.mean) for x_, p in zip(series.xs, series.points, strict=True)])
+        by_x = {s.x: s for s in scaled}
+        low, high = _error_bars(series.points)
+        notes = []
+        for x_, p in zip(series.xs, series.points, strict=True):
+            s = by_x.get(x_)
+            eff = s.efficiency_pct if s else None
+            notes.append(f"{eff:.1f}% of linear, n={p.n}" if eff is not None else f"n={p.n}")
+            table.rows.append([series.label, x_, p.mean, p.stdev, p.n, s.ideal if s else None, eff, p.unit])
+        index = len(lines)
+        lines.append(charts.Line(series.label, series.xs, [p.mean for p in series.points], low, high, notes))
+        if len(scaled) > 1:
+            lines.append(charts.Line(f"{series.label} · linear", [s.x for s in scaled], [s.ideal for s in scaled],
+                                     dashed=True, color_of=index))  # fmt: skip
+    figure = charts.Figure(f"{metric} against {x_title(x)}", x_title(x), _with_unit(metric, unit), lines)
+    return figure, table
+
+
+def _with_unit(metric: str, unit: str) -> str:
+    return f"{metric} ({unit})" if unit else metric
+
+
+# --- sweeps -------------------------------------------------------------------------------------------------------
+
+
+def sweep_report(
+    *, campaigns: list[Campaign], metric: str, x: str, hosts: str, log: str, where: dict[str, str]
+) -> tuple[charts.Figure, Table]:
+    stats = [s for s in selectors.sweep_stats(campaign_ids=[c.pk for c in campaigns], metric=metric, hosts=hosts)
+             if all(str(s.params.get(k, s.labels.get(k))) == v for k, v in where.items())]  # fmt: skip
+    unit = stats[0].unit if stats else ""
+    series = _split(stats, campaigns, x, by_host=True)
+    xs = [v for s in series for v in s.xs]
+    is_size = x in selectors.SIZE_KEYS or any(isinstance(p.params.get(x), str) for s in series for p in s.points)
+    positive = [v for v in xs if v > 0]
+    wide = bool(positive) and max(positive) / min(positive) >= 100
+    x_log = bool(positive) and (log == "on" or (log == "auto" and (wide or (is_size and len(set(positive)) > 2))))
+    table = Table("sweep", f"{metric} against {x}", ["series", "host", x, f"{metric} mean", "stdev", "n", "unit"])
+    lines = []
+    for s in series:
+        for x_, p in zip(s.xs, s.points, strict=True):
+            table.rows.append([s.label, p.host or "aggregate", x_, p.mean, p.stdev, p.n, p.unit])
+        low, high = _error_bars(s.points)
+        lines.append(charts.Line(s.label, s.xs, [p.mean for p in s.points], low, high, [f"n={p.n}" for p in s.points]))
+    figure = charts.Figure(f"{metric} against {x}", x, _with_unit(metric, unit), lines, x_log=x_log,
+                           x_unit="B" if is_size else "")  # fmt: skip
+    return figure, table
+
+
+# --- storage demand and sizing ------------------------------------------------------------------------------------
+
+
+@dataclass
+class StorageInputs:
+    record_size_bytes: float | None
+    storage: StorageSystem | None
+    measured: Campaign | None
+    per_gpu_mbps: float | None = None
+    per_node_mbps: float | None = None
+    gpus: int | None = None
+
+
+@dataclass
+class StorageReport:
+    figure: charts.Figure
+    demand: Table
+    sizing: calculations.Sizing | None
+    sizing_table: Table
+    reference: Table
+    measured_mbps: float | None
+    measured_metric: str
+    defaults: dict[str, Any]
+    notes: list[str]
+
+
+def storage_report(*, campaign: Campaign | None, metric: str | None, x: str, inputs: StorageInputs) -> StorageReport:
+    """The campaign's demand against the storage's rated and measured throughput, and the sizing calculator (which
+    also works with no campaign, from the numbers typed in)."""
+    notes: list[str] = []
+    stats = selectors.point_stats(campaign_ids=[campaign.pk], metric=metric) if campaign and metric else []
+    record = inputs.record_size_bytes
+    if record is None and campaign:
+        notes.append("Enter the data set's mean record size to turn images/s into MB/s (seed 000: 115 KB).")
+    measured = selectors.measured_throughput(campaign=inputs.measured) if inputs.measured else None
+    if inputs.measured and measured is None:
+        notes.append(f"Campaign {inputs.measured.name} has no read throughput to measure storage by "
+                     f"(a fio or storage_read campaign with succeeded runs is needed).")  # fmt: skip
+    rated = inputs.storage.rated_read_mbps if inputs.storage else None
+    columns = ["series", x_title(x), f"{metric or 'metric'} mean", "demand MB/s", "GPUs", "MB/s per GPU", "% of rated",
+               "% of measured"]  # fmt: skip
+    table = Table("demand", "Storage throughput demanded", columns)
+    lines = []
+    per_gpu_max = None
+    most_gpus = None
+    for series in _split(stats, [campaign] if campaign else [], x):
+        ys = []
+        for x_, p in zip(series.xs, series.points, strict=True):
+            demand = calculations.demand_mb_per_sec(p.mean, record) if record else None
+            per_gpu = demand / p.gpus if demand is not None and p.gpus else None
+            if per_gpu is not None and (per_gpu_max is None or per_gpu > per_gpu_max):
+                per_gpu_max = per_gpu
+            if p.gpus:
+                most_gpus = max(most_gpus or 0, int(round(p.gpus)))
+            table.rows.append([series.label, x_, p.mean, demand, p.gpus or None, per_gpu,
+                               100 * demand / rated if demand is not None and rated else None,
+                               100 * demand / measured[0] if demand is not None and measured else None])  # fmt: skip
+            ys.append(demand)
+        if record:
+            lines.append(charts.Line(f"{series.label} · demand", series.xs, [y or 0.0 for y in ys]))
+    references = []
+    if rated and inputs.storage:
+        references.append((f"rated read throughput of {inputs.storage.name}", rated))
+    if measured and inputs.measured:
+        references.append((f"measured by {inputs.measured.name} ({measured[1]})", measured[0]))
+    figure = charts.Figure("Storage throughput demanded", x_title(x), "MB/s", lines, references=references)
+
+    node_count = inputs.storage.node_count if inputs.storage else 1
+    source = measured[0] if measured else rated
+    defaults = {
+        "per_gpu_mbps": per_gpu_max,
+        "per_node_mbps": source / max(node_count, 1) if source else None,
+        "gpus": most_gpus,
+    }
+    per_gpu = inputs.per_gpu_mbps or defaults["per_gpu_mbps"]
+    per_node = inputs.per_node_mbps or defaults["per_node_mbps"]
+    gpus = int(inputs.gpus or defaults["gpus"] or 1)
+    result = None
+    sizing_table = Table("sizing", "Sizing", ["MB/s per GPU", "MB/s per storage node", "GPUs", "GPUs per storage node",
+                                              "demand MB/s", "storage nodes (exact)", "storage nodes (minimum)",
+                                              "storage nodes (recommended)"])  # fmt: skip
+    if per_gpu and per_node:
+        try:
+            result = calculations.sizing(per_gpu_mbps=per_gpu, per_node_mbps=per_node, gpus=gpus)
+        except calculations.SizingError as exc:
+            notes.append(str(exc))
+        else:
+            sizing_table.rows.append([result.per_gpu_mbps, result.per_node_mbps, result.gpus, result.gpus_per_node,
+                                      result.demand_mbps, result.nodes_exact, result.nodes_minimum,
+                                      result.nodes_recommended])  # fmt: skip
+    reference = Table("reference", "Seed 000 table 3 against this storage node",
+                      ["demand", "workload", "MB/s per GPU", "GPUs per storage node"])  # fmt: skip
+    if per_node:
+        reference.rows = [[r["demand"], r["workload"], r["per_gpu_mbps"], r["gpus_per_node"]]
+                          for r in calculations.reference_table(per_node)]  # fmt: skip
+    return StorageReport(figure, table, result, sizing_table, reference, measured[0] if measured else None,
+                         measured[1] if measured else "", defaults, notes)  # fmt: skip

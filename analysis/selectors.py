@@ -1,0 +1,286 @@
+"""Reads of the analysis pages. Every number is aggregated in SQL (mean, stdev and count per matrix point, host and
+labels), so a campaign of 10,000 runs arrives as one row per point, not one per run.
+
+Only succeeded repetitions count (warm-ups left out), as in campaigns.selectors.campaign_summary.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Avg, Count, Max, Min, Q, QuerySet, StdDev, Sum
+from django.http import Http404, HttpRequest
+
+from accounts.selectors import visible
+from analysis.forms import Pick, parse_size
+from campaigns.models import Campaign, Result, Run, RunHost, RunStatus
+from inventory.models import StorageSystem
+
+CAMPAIGN_CHOICES = 300  # newest visible campaigns offered in a picker (selected ones always are)
+POINT_CHOICES = 200  # matrix points offered per selected campaign
+X_HOSTS = "node-count"  # x: the number of hosts (nodes) a run used
+X_GPUS = "node-gpus"  # x: the GPUs of those hosts, as the inventory counts them
+SIZE_KEYS = frozenset({"bs", "size_bytes", "block_size", "blocksize", "length", "record_size", "record_size_bytes"})
+STORAGE_METRICS = {"fio": ("read_bw_bytes", 1e-6), "storage_read": ("read_mb_per_sec", 1.0)}  # metric, to MB/s
+SUCCEEDED = Q(run__status=RunStatus.SUCCEEDED, run__is_warmup=False)
+
+
+def visible_campaigns(*, request: HttpRequest) -> QuerySet[Campaign]:
+    return visible(Campaign.objects.all(), request=request)
+
+
+def campaigns_by_id(*, request: HttpRequest, ids: list[int]) -> list[Campaign]:
+    """The campaigns asked for, in the order asked; one the user may not see is a 404, like one that is not."""
+    if not ids:
+        return []
+    found = {c.pk: c for c in visible_campaigns(request=request).filter(pk__in=ids).select_related("storage")}
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise Http404(f"no campaign {missing[0]}")
+    return [found[i] for i in ids]
+
+
+def campaign_choices(*, request: HttpRequest, selected: list[int]) -> list[dict[str, Any]]:
+    """The newest visible campaigns (and every selected one) for a picker, with their result counts."""
+    rows = (
+        visible_campaigns(request=request)
+        .filter(Q(pk__in=selected) | Q(pk__in=visible_campaigns(request=request).values("pk")[:CAMPAIGN_CHOICES]))
+        .order_by("-created_at")
+        .values("pk", "name", "kind", "status", "matrix")
+    )
+    return [{**row, "selected": row["pk"] in selected} for row in rows]
+
+
+def point_choices(*, campaign_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """Matrix points (index and parameters) of the given campaigns, at most POINT_CHOICES each, by campaign."""
+    out: dict[int, list[dict[str, Any]]] = {i: [] for i in campaign_ids}
+    for (cid, point), params in sorted(point_params(campaign_ids=campaign_ids).items()):
+        if len(out[cid]) < POINT_CHOICES:
+            out[cid].append({"point": point, "params": describe_params(params)})
+    return out
+
+
+def point_params(*, campaign_ids: list[int]) -> dict[tuple[int, int], dict[str, Any]]:
+    """The parameters of every matrix point of the campaigns, by (campaign id, point), read from one run each."""
+    if not campaign_ids:
+        return {}
+    firsts = (
+        Run.objects.filter(campaign_id__in=campaign_ids)
+        .values("campaign_id", "point")
+        .annotate(first=Min("pk"))
+        .values("first")
+    )
+    rows = Run.objects.filter(pk__in=firsts).values_list("campaign_id", "point", "params")
+    return {(cid, point): params for cid, point, params in rows}
+
+
+# --- sets to compare ---------------------------------------------------------------------------------------------
+
+
+def compare_sets(*, request: HttpRequest, picks: list[Pick]) -> list[tuple[str, Campaign, list[int] | None]]:
+    """(label, campaign, run ids or None for all of it) per pick, for campaigns.selectors.compare.
+
+    A campaign or run the user may not see is a 404, like one that does not exist.
+    """
+    run_ids = [p.id for p in picks if p.kind == "run"]
+    runs = {r.pk: r for r in visible(Run.objects.filter(pk__in=run_ids), request=request, field="campaign__team")}
+    for rid in run_ids:
+        if rid not in runs:
+            raise Http404(f"no run {rid}")
+    campaign_ids = list(
+        dict.fromkeys([p.id for p in picks if p.kind != "run"] + [r.campaign_id for r in runs.values()])
+    )
+    campaigns = {c.pk: c for c in campaigns_by_id(request=request, ids=campaign_ids)}
+    wanted = [(p.id, p.point) for p in picks if p.kind == "point"]
+    by_point: dict[tuple[int, int], list[int]] = {}
+    params: dict[tuple[int, int], dict] = {}
+    if wanted:
+        query = Q()
+        for cid, point in wanted:
+            query |= Q(campaign_id=cid, point=point)
+        for rid, cid, point, p in Run.objects.filter(query, is_warmup=False).values_list(
+            "pk", "campaign_id", "point", "params"
+        ):
+            by_point.setdefault((cid, point), []).append(rid)
+            params[(cid, point)] = p
+    sets: list[tuple[str, Campaign, list[int] | None]] = []
+    for pick in picks:
+        if pick.kind == "campaign":
+            sets.append((campaigns[pick.id].name, campaigns[pick.id], None))
+        elif pick.kind == "run":
+            run = runs[pick.id]
+            campaign = campaigns[run.campaign_id]
+            sets.append((f"{campaign.name} · run #{run.sequence} (point {run.point})", campaign, [run.pk]))
+        else:
+            assert pick.point is not None
+            key = (pick.id, pick.point)
+            campaign = campaigns[pick.id]
+            if key not in by_point:
+                raise Http404(f"campaign {campaign.name} has no point {pick.point}")
+            sets.append((f"{campaign.name} · point {pick.point} ({describe_params(params[key])})", campaign,
+                         by_point[key]))  # fmt: skip
+    return sets
+
+
+def describe_params(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items()) or "no parameters"
+
+
+# --- metrics -------------------------------------------------------------------------------------------------------
+
+
+def sample_runs(campaign_ids: list[int]) -> QuerySet[Run]:
+    """The first succeeded repetition of each matrix point: what a campaign's runs report, without reading all of
+    them (a 10,000-run campaign has a million result rows)."""
+    firsts = (
+        Run.objects.filter(campaign_id__in=campaign_ids, status=RunStatus.SUCCEEDED, is_warmup=False)
+        .values("campaign_id", "point")
+        .annotate(first=Min("pk"))
+        .values("first")
+    )
+    return Run.objects.filter(pk__in=firsts)
+
+
+def metric_names(*, campaign_ids: list[int], aggregate_only: bool = True) -> list[str]:
+    """The metrics the campaigns' points reported (aggregates across hosts, or any row)."""
+    if not campaign_ids:
+        return []
+    rows = Result.objects.filter(run__in=sample_runs(campaign_ids))
+    if aggregate_only:
+        rows = rows.filter(host="")
+    return list(rows.order_by("name").values_list("name", flat=True).distinct())
+
+
+def label_keys(*, campaign_ids: list[int], metric: str) -> list[str]:
+    """The label keys the metric carries (size_bytes, placement, peer, direction ...) at the campaigns' points."""
+    rows = Result.objects.filter(run__in=sample_runs(campaign_ids), name=metric).exclude(labels={})
+    keys: set[str] = set()
+    for labels in rows.values_list("labels", flat=True)[:2000]:
+        keys.update(labels)
+    return sorted(keys)
+
+
+@dataclass
+class PointStat:
+    """One matrix point of one campaign (per host and labels where asked): the metric over its repetitions."""
+
+    campaign_id: int
+    point: int
+    params: dict[str, Any]
+    mean: float
+    stdev: float | None
+    n: int
+    unit: str
+    host: str = ""
+    labels: dict[str, Any] = field(default_factory=dict)
+    hosts: float | None = None  # mean number of hosts per run at this point
+    gpus: float | None = None  # mean GPUs of those hosts per run
+
+
+def point_stats(*, campaign_ids: list[int], metric: str) -> list[PointStat]:
+    """The metric's aggregate across hosts (no labels) per campaign and point, with each point's hosts and GPUs."""
+    rows = (
+        Result.objects.filter(SUCCEEDED, run__campaign_id__in=campaign_ids, name=metric, host="", labels={})
+        .values("run__campaign_id", "run__point")
+        .annotate(mean=Avg("value"), stdev=StdDev("value", sample=True), n=Count("id"), unit=Max("unit"))
+        .order_by("run__campaign_id", "run__point")
+    )
+    stats = [
+        PointStat(r["run__campaign_id"], r["run__point"], {}, r["mean"], r["stdev"] if r["n"] > 1 else None, r["n"],
+                  r["unit"])
+        for r in rows
+    ]  # fmt: skip
+    params = point_params(campaign_ids=campaign_ids)
+    machines = _hosts_per_point(campaign_ids)
+    for s in stats:
+        s.params = params.get((s.campaign_id, s.point), {})
+        s.hosts, s.gpus = machines.get((s.campaign_id, s.point), (None, None))
+    return stats
+
+
+def _hosts_per_point(campaign_ids: list[int]) -> dict[tuple[int, int], tuple[float, float]]:
+    """Mean hosts and GPUs per succeeded run, by (campaign, point)."""
+    rows = (
+        RunHost.objects.filter(SUCCEEDED, run__campaign_id__in=campaign_ids)
+        .values("run__campaign_id", "run__point")
+        .annotate(hosts=Count("id"), runs=Count("run_id", distinct=True), gpus=Sum("node__gpu_count"))
+    )
+    return {
+        (r["run__campaign_id"], r["run__point"]): (r["hosts"] / r["runs"], (r["gpus"] or 0) / r["runs"]) for r in rows
+    }
+
+
+def x_value(stat: PointStat, x: str) -> float | None:
+    if x == X_HOSTS:
+        return stat.hosts
+    if x == X_GPUS:
+        return stat.gpus or None
+    if x in stat.params:
+        return parse_size(stat.params[x])
+    return parse_size(stat.labels.get(x))
+
+
+def sweep_stats(*, campaign_ids: list[int], metric: str, hosts: str) -> list[PointStat]:
+    """The metric per campaign, point, host and labels (``hosts``: aggregate, per-node or both); per-job rows of
+    fio are left out (their hosts' totals stand for them)."""
+    rows = Result.objects.filter(SUCCEEDED, run__campaign_id__in=campaign_ids, name=metric).exclude(
+        labels__has_key="job"
+    )
+    if hosts == "aggregate":
+        rows = rows.filter(host="")
+    elif hosts == "per-node":
+        rows = rows.exclude(host="")
+    grouped = (
+        rows.values("run__campaign_id", "run__point", "host", "labels")
+        .annotate(mean=Avg("value"), stdev=StdDev("value", sample=True), n=Count("id"), unit=Max("unit"))
+        .order_by("run__campaign_id", "run__point", "host")
+    )
+    stats = [
+        PointStat(r["run__campaign_id"], r["run__point"], {}, r["mean"], r["stdev"] if r["n"] > 1 else None, r["n"],
+                  r["unit"], r["host"], r["labels"])
+        for r in grouped
+    ]  # fmt: skip
+    params = point_params(campaign_ids=campaign_ids)
+    for s in stats:
+        s.params = params.get((s.campaign_id, s.point), {})
+    return stats
+
+
+def label_key(labels: dict[str, Any]) -> str:
+    return json.dumps(labels, sort_keys=True)
+
+
+# --- storage ---------------------------------------------------------------------------------------------------
+
+
+def storage_choices(*, request: HttpRequest) -> QuerySet[StorageSystem]:
+    return visible(StorageSystem.objects.all(), request=request).order_by("name")
+
+
+def storage_by_id(*, request: HttpRequest, pk: int) -> StorageSystem:
+    found = storage_choices(request=request).filter(pk=pk).first()
+    if found is None:
+        raise Http404(f"no storage system {pk}")
+    return found
+
+
+def measured_throughput(*, campaign: Campaign) -> tuple[float, str] | None:
+    """The best read throughput (MB/s) a storage campaign measured: its best point's mean, and the metric."""
+    metric, factor = STORAGE_METRICS.get(campaign.kind, (None, 0.0))
+    if metric is None:
+        return None
+    best = max((s.mean for s in point_stats(campaign_ids=[campaign.pk], metric=metric)), default=None)
+    return (best * factor, metric) if best is not None else None
+
+
+def record_size_default(campaign: Campaign) -> float | None:
+    """The data set's mean record size as the campaign states it (record_size_bytes, else record_size)."""
+    for key in ("record_size_bytes", "record_size"):
+        if key in campaign.fixed:
+            return parse_size(campaign.fixed[key])
+    for name, values in campaign.matrix:
+        if name in ("record_size_bytes", "record_size") and len(values) == 1:
+            return parse_size(values[0])
+    return None

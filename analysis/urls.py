@@ -1,0 +1,12 @@
+from django.urls import path
+
+from analysis import views
+
+app_name = "analysis"
+urlpatterns = [
+    path("compare/", views.compare, name="compare"),
+    path("analysis/", views.index, name="index"),
+    path("analysis/scaling/", views.scaling, name="scaling"),
+    path("analysis/storage/", views.storage, name="storage"),
+    path("analysis/sweep/", views.sweep, name="sweep"),
+]

@@ -1,0 +1,171 @@
+"""Comparison and analysis pages: GET forms (they work without JavaScript), a table and a chart each, and their
+exports (``?format=csv|json|svg``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils.safestring import mark_safe
+
+from analysis import charts, exports, forms, reports, selectors
+from campaigns import selectors as campaign_selectors
+from campaigns.models import Campaign
+
+SCALING_METRICS = ("images_per_sec", "read_mb_per_sec", "bw_bytes", "read_bw_bytes", "busbw_avg_gbps", "throughput_bps")
+SWEEP_METRICS = ("bw_bytes", "read_bw_bytes", "iops", "throughput_bps", "busbw_gbps", "read_mb_per_sec")
+SWEEP_X = ("size_bytes", "numjobs", "bs", "parallel", "iodepth", "nodes")
+HOSTS = ("aggregate", "per-node", "both")
+LOG = ("auto", "on", "off")
+
+
+def _render(request: HttpRequest, template: str, context: dict[str, Any], *, name: str,
+            tables: list[exports.Table], figure: Any = None) -> HttpResponse:  # fmt: skip
+    """The page, or the export ``?format=`` asks for (a format it cannot give becomes a message on the page)."""
+    download = exports.export(request, name=name, tables=tables, figure=figure)
+    if isinstance(download, HttpResponse):
+        return download
+    if download:
+        context["errors"].append(download)
+    context.update(tables=tables, figure=figure)
+    if figure is not None:
+        context.update(chart_svg=mark_safe(charts.svg(figure)), chart_data=figure.as_json())  # every text escaped
+    return render(request, template, context)
+
+
+def _choice(query: Any, key: str, allowed: list[str] | tuple[str, ...], preferred: tuple[str, ...],
+            errors: list[str], what: str) -> str | None:  # fmt: skip
+    """The value asked for when it is one of ``allowed``, else a message and the first preferred that is allowed."""
+    raw = query.get(key, "").strip()
+    if raw and raw in allowed:
+        return raw
+    if raw:
+        errors.append(f"{what} {raw!r} is not one of: {', '.join(allowed) or 'none yet'}")
+    return next((p for p in preferred if p in allowed), allowed[0] if allowed else None)
+
+
+def _picked(request: HttpRequest, errors: list[str], key: str = "campaign") -> list[Campaign]:
+    ids, bad = forms.ids(request.GET, key)
+    errors += bad
+    return selectors.campaigns_by_id(request=request, ids=ids)
+
+
+def _base(request: HttpRequest, campaigns: list[Campaign], errors: list[str]) -> dict[str, Any]:
+    selected = [c.pk for c in campaigns]
+    return {"errors": errors, "campaigns": campaigns, "selected": selected,
+            "choices": selectors.campaign_choices(request=request, selected=selected)}  # fmt: skip
+
+
+@login_required
+def index(request: HttpRequest) -> HttpResponse:
+    return render(request, "analysis/index.html", {"count": selectors.visible_campaigns(request=request).count()})
+
+
+@login_required
+def compare(request: HttpRequest) -> HttpResponse:
+    picks, errors = forms.picks(request)
+    policy = forms.policy(request.GET, errors)
+    sets = selectors.compare_sets(request=request, picks=picks)
+    context = _base(request, list(dict.fromkeys(c for _, c, _ in sets)), errors)
+    picked = {f"{p.id}:{p.point}" for p in picks if p.kind == "point"}
+    points = selectors.point_choices(campaign_ids=context["selected"])
+    groups = [(c, [{**p, "value": f"{c.pk}:{p['point']}", "checked": f"{c.pk}:{p['point']}" in picked}
+                   for p in points[c.pk]]) for c in context["campaigns"]]  # fmt: skip
+    context.update(sets=sets, policy=policy, rows=[], columns=[], point_groups=groups)
+    tables = []
+    if len(sets) >= 2:
+        result = campaign_selectors.compare(sets=sets, policy=policy)
+        context["rows"], table = reports.compare_report(result)
+        context["columns"] = result["columns"]
+        tables.append(table)
+    return _render(request, "analysis/compare.html", context, name="compare", tables=tables)
+
+
+@login_required
+def scaling(request: HttpRequest) -> HttpResponse:
+    errors: list[str] = []
+    campaigns = _picked(request, errors)
+    context = _base(request, campaigns, errors)
+    ids = context["selected"]
+    metrics = selectors.metric_names(campaign_ids=ids)
+    axes = sorted({a for c in campaigns for a, _ in c.matrix})
+    x_choices = list(dict.fromkeys([selectors.X_GPUS, selectors.X_HOSTS, *axes]))
+    metric = _choice(request.GET, "metric", metrics, SCALING_METRICS, errors, "metric")
+    x = _choice(request.GET, "x", x_choices, (), errors, "x axis") or selectors.X_GPUS
+    where = forms.where(request.GET, errors)
+    context.update(metrics=metrics, metric=metric, x_choices=x_choices, x=x, where=where)
+    figure, tables = None, []
+    if campaigns and metric:
+        figure, table = reports.scaling_report(campaigns=campaigns, metric=metric, x=x, where=where)
+        if not table.rows and x == selectors.X_GPUS and "x" not in request.GET:  # no GPUs in the inventory: nodes
+            context["x"] = x = selectors.X_HOSTS
+            figure, table = reports.scaling_report(campaigns=campaigns, metric=metric, x=x, where=where)
+        tables.append(table)
+    return _render(request, "analysis/scaling.html", context, name="scaling", tables=tables, figure=figure)
+
+
+@login_required
+def sweep(request: HttpRequest) -> HttpResponse:
+    errors: list[str] = []
+    campaigns = _picked(request, errors)
+    context = _base(request, campaigns, errors)
+    ids = context["selected"]
+    metrics = selectors.metric_names(campaign_ids=ids, aggregate_only=False)
+    metric = _choice(request.GET, "metric", metrics, SWEEP_METRICS, errors, "metric")
+    labels = selectors.label_keys(campaign_ids=ids, metric=metric) if metric else []
+    x_choices = sorted({a for c in campaigns for a, _ in c.matrix} | set(labels))
+    x = _choice(request.GET, "x", x_choices, SWEEP_X, errors, "x axis")
+    hosts = _choice(request.GET, "hosts", HOSTS, ("aggregate",), errors, "hosts") or "aggregate"
+    log = _choice(request.GET, "log", LOG, ("auto",), errors, "log") or "auto"
+    where = forms.where(request.GET, errors)
+    context.update(metrics=metrics, metric=metric, x_choices=x_choices, x=x, hosts=hosts, host_choices=HOSTS,
+                   log=log, log_choices=LOG, where=where)  # fmt: skip
+    figure, tables = None, []
+    if campaigns and metric and x:
+        figure, table = reports.sweep_report(campaigns=campaigns, metric=metric, x=x, hosts=hosts, log=log,
+                                             where=where)  # fmt: skip
+        tables.append(table)
+    return _render(request, "analysis/sweep.html", context, name="sweep", tables=tables, figure=figure)
+
+
+@login_required
+def storage(request: HttpRequest) -> HttpResponse:
+    errors: list[str] = []
+    campaigns = _picked(request, errors)[:1]
+    context = _base(request, campaigns, errors)
+    measured_ids, bad = forms.ids(request.GET, "measured")
+    errors += bad
+    measured = selectors.campaigns_by_id(request=request, ids=measured_ids[:1])
+    storages = list(selectors.storage_choices(request=request))
+    storage_ids, bad = forms.ids(request.GET, "storage")
+    errors += bad
+    storage = selectors.storage_by_id(request=request, pk=storage_ids[0]) if storage_ids else None
+    context.update(storages=storages, measured=measured[0] if measured else None, storage=storage,
+                   storage_campaigns=selectors.visible_campaigns(request=request).filter(
+                       kind__in=list(selectors.STORAGE_METRICS)).order_by("-created_at")[:100])  # fmt: skip
+    campaign = campaigns[0] if campaigns else None
+    metrics = selectors.metric_names(campaign_ids=context["selected"])
+    metric = _choice(request.GET, "metric", metrics, ("images_per_sec",), errors, "metric")
+    x_choices = [selectors.X_GPUS, selectors.X_HOSTS, *(a for a, _ in campaign.matrix)] if campaign else []
+    x = _choice(request.GET, "x", x_choices, (), errors, "x axis") or selectors.X_GPUS
+    record = forms.positive_number(request.GET, "record_size", "the mean record size", errors)
+    inputs = reports.StorageInputs(
+        record_size_bytes=record or (selectors.record_size_default(campaign) if campaign else None),
+        storage=storage or (campaign.storage if campaign else None),
+        measured=measured[0] if measured else None,
+        per_gpu_mbps=forms.positive_number(request.GET, "per_gpu", "MB/s per GPU", errors),
+        per_node_mbps=forms.positive_number(request.GET, "per_node", "MB/s per storage node", errors),
+        gpus=forms.whole_number(request.GET, "gpus", "the number of GPUs", errors, low=1, high=1_000_000),
+    )
+    report = reports.storage_report(campaign=campaign, metric=metric, x=x, inputs=inputs)
+    if campaign and not report.demand.rows and x == selectors.X_GPUS and "x" not in request.GET:
+        x = selectors.X_HOSTS  # the inventory counts no GPUs on these nodes: against nodes instead
+        report = reports.storage_report(campaign=campaign, metric=metric, x=x, inputs=inputs)
+    context.update(metrics=metrics, metric=metric, x=x, x_choices=x_choices, inputs=inputs, report=report)
+    tables = (
+        [report.demand, report.sizing_table, report.reference] if campaign else [report.sizing_table, report.reference]
+    )
+    figure = report.figure if campaign else None
+    return _render(request, "analysis/storage.html", context, name="storage-demand", tables=tables, figure=figure)

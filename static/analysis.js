@@ -1,0 +1,114 @@
+/* rackbench analysis charts: redraw the server's SVG chart with uPlot (hover values, drag to zoom, double-click
+   to reset) from the same data, embedded as JSON by the page, and offer it as a PNG. Without JavaScript, or without
+   uPlot, the SVG stays. */
+(function () {
+  "use strict";
+  var DPR = window.devicePixelRatio || 1;
+
+  function fmt(v, binary) {
+    if (v == null || !isFinite(v)) return "–";
+    var units = binary ? [["TiB", Math.pow(1024, 4)], ["GiB", Math.pow(1024, 3)], ["MiB", 1048576], ["KiB", 1024]]
+                       : [["T", 1e12], ["G", 1e9], ["M", 1e6], ["k", 1e3]];
+    for (var i = 0; i < units.length; i++) {
+      if (Math.abs(v) >= units[i][1]) return +(v / units[i][1]).toPrecision(3) + (binary ? " " : "") + units[i][0];
+    }
+    return String(+v.toPrecision(4));
+  }
+
+  function download(blob, name) {
+    var a = document.createElement("a");
+    a.href = URL.createObjectURL(blob);
+    a.download = name;
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
+    setTimeout(function () { URL.revokeObjectURL(a.href); }, 1000);
+  }
+
+  function png(u, spec) {
+    var src = u.ctx.canvas, row = 18 * DPR, out = document.createElement("canvas");
+    out.width = src.width;
+    out.height = src.height + row * (spec.series.length + spec.references.length) + 8 * DPR;
+    var ctx = out.getContext("2d");
+    ctx.fillStyle = "#fff";
+    ctx.fillRect(0, 0, out.width, out.height);
+    ctx.drawImage(src, 0, 0);
+    ctx.font = 12 * DPR + "px system-ui, sans-serif";
+    var entries = spec.series.map(function (s) { return [s.label, s.color, s.dashed]; })
+      .concat(spec.references.map(function (r) { return [r.label + ": " + fmt(r.y), "#4b5563", true]; }));
+    entries.forEach(function (e, i) {
+      var y = src.height + row * (i + 1);
+      ctx.strokeStyle = e[1];
+      ctx.lineWidth = 2 * DPR;
+      ctx.setLineDash(e[2] ? [6 * DPR, 4 * DPR] : []);
+      ctx.beginPath();
+      ctx.moveTo(10 * DPR, y - 4 * DPR);
+      ctx.lineTo(34 * DPR, y - 4 * DPR);
+      ctx.stroke();
+      ctx.fillStyle = "#1d2430";
+      ctx.fillText(e[0], 40 * DPR, y);
+    });
+    out.toBlob(function (blob) { download(blob, (spec.title || "chart").replace(/[^A-Za-z0-9_.-]+/g, "-") + ".png"); });
+  }
+
+  function enhance(figure) {
+    var node = document.getElementById(figure.dataset.chart), box = figure.querySelector(".chart-svg");
+    if (!node || !box || !window.uPlot) return;
+    var spec = JSON.parse(node.textContent), binary = spec.x_unit === "B", data = spec.data;
+    if (spec.x_log) {  // a log axis has no place for x <= 0
+      var keep = data[0].map(function (x) { return x > 0; });
+      data = data.map(function (col) { return col.filter(function (_, i) { return keep[i]; }); });
+    }
+    var refs = spec.references.map(function (r) { return r.y; });
+    var series = [{ label: spec.x_label, value: function (u, v) { return fmt(v, binary); } }].concat(
+      spec.series.map(function (s) {
+        return { label: s.label, stroke: s.color, width: 2, dash: s.dashed ? [6, 4] : undefined, spanGaps: true,
+                 points: { show: !s.dashed }, value: function (u, v) { return fmt(v); } };
+      }));
+    var holder = document.createElement("div");
+    holder.className = "chart-live";
+    box.after(holder);
+    var opts = {
+      width: Math.max(320, box.clientWidth || 800), height: 340, series: series,
+      scales: {
+        x: { time: false, distr: spec.x_log ? 3 : 1, log: binary ? 2 : 10 },
+        y: { range: function (u, min, max) { return [Math.min(0, min), Math.max.apply(null, [max].concat(refs)) * 1.05]; } }
+      },
+      axes: [
+        { label: spec.x_label + (spec.x_log ? " (log scale)" : ""), values: function (u, v) { return v.map(function (x) { return fmt(x, binary); }); } },
+        { label: spec.y_label, size: 70, values: function (u, v) { return v.map(function (y) { return fmt(y); }); } }
+      ],
+      cursor: { drag: { x: true, y: false } },
+      hooks: { draw: [function (u) {
+        spec.references.forEach(function (r) {
+          var y = u.valToPos(r.y, "y", true), ctx = u.ctx;
+          ctx.save();
+          ctx.strokeStyle = "#4b5563";
+          ctx.lineWidth = 1.5 * DPR;
+          ctx.setLineDash([2 * DPR, 4 * DPR]);
+          ctx.beginPath();
+          ctx.moveTo(u.bbox.left, y);
+          ctx.lineTo(u.bbox.left + u.bbox.width, y);
+          ctx.stroke();
+          ctx.fillStyle = "#1d2430";
+          ctx.font = 11 * DPR + "px system-ui, sans-serif";
+          ctx.fillText(r.label + ": " + fmt(r.y), u.bbox.left + 4 * DPR, y - 4 * DPR);
+          ctx.restore();
+        });
+      }] }
+    };
+    var plot = new window.uPlot(opts, data, holder);
+    box.hidden = true;
+    var tools = figure.querySelector(".chart-tools"), button = document.createElement("button");
+    button.type = "button";
+    button.className = "button small";
+    button.textContent = "Download PNG";
+    button.addEventListener("click", function () { png(plot, spec); });
+    tools.appendChild(button);
+    window.addEventListener("resize", function () { plot.setSize({ width: Math.max(320, holder.clientWidth), height: 340 }); });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("figure[data-chart]").forEach(enhance);
+  });
+})();

@@ -1,0 +1,109 @@
+"""The analysis charts, drawn on the server: well-formed SVG, round ticks, log axes, downsampling, long names."""
+
+from __future__ import annotations
+
+import time
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+from analysis import charts
+from telemetry.charts import band_points, minmax_buckets
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def figure(**kwargs: object) -> charts.Figure:
+    lines = kwargs.pop("lines", [charts.Line("a", [1, 2, 4], [10, 19, 37], [9, 18, 36], [11, 20, 38])])
+    return charts.Figure("images_per_sec against GPUs", "GPUs", "img/s", lines, **kwargs)  # type: ignore[arg-type]
+
+
+def test_it_draws_well_formed_svg_with_a_marker_and_a_tooltip_per_point() -> None:
+    root = ET.fromstring(charts.svg(figure(), standalone=True).encode())
+    assert root.tag == f"{SVG}svg"
+    circles = root.findall(f".//{SVG}circle")
+    assert len(circles) == 3
+    assert [c.findtext(f"{SVG}title") for c in circles] == ["a: 1 → 10", "a: 2 → 19", "a: 4 → 37"]
+    assert len(root.findall(f".//{SVG}g[@class='series']/{SVG}line")) == 3  # error bars
+
+
+def test_it_escapes_names_and_cuts_long_ones_in_the_legend_with_the_whole_name_as_tooltip() -> None:
+    name = "<script>alert(1)</script> & " + "x" * 100
+    root = ET.fromstring(charts.svg(figure(lines=[charts.Line(name, [1, 2], [1, 2])])))
+    legend = root.find(f".//{SVG}g[@class='legend']/{SVG}text")
+    assert legend is not None
+    assert legend.text is not None and legend.text.endswith("…") and len(legend.text) == charts.MAX_LABEL
+    assert legend.findtext(f"{SVG}title") == name
+
+
+def test_it_draws_horizontal_references_and_starts_the_y_axis_at_zero() -> None:
+    fig = figure(references=[("rated read throughput", 50.0)])
+    svg = charts.svg(fig)
+    assert 'class="reference"' in svg and "rated read throughput: 50" in svg
+    assert ">0</text>" in svg
+
+
+def test_nice_ticks_are_round_and_cover_the_range() -> None:
+    assert charts.nice_ticks(0, 39139) == [0, 10000, 20000, 30000, 40000]
+    assert charts.nice_ticks(0, 1.05) == pytest.approx([0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.2])
+
+
+def test_log_ticks_use_powers_of_ten_or_of_two_for_byte_sizes() -> None:
+    assert charts.log_ticks(1, 1000, binary=False) == [1, 10, 100, 1000]
+    assert charts.log_ticks(4096, 1048576, binary=True) == [4096, 8192, 16384, 32768, 65536, 131072, 262144,
+                                                            524288, 1048576]  # fmt: skip
+    assert charts.log_ticks(8, 128 * 1024**2, binary=True)[:4] == [1, 16, 256, 4096]  # thinned to powers of 16
+    assert charts.format_number(65536, binary=True) == "64 KiB"
+    assert charts.format_number(39139) == "39.1k"
+
+
+def test_a_log_axis_says_so_and_places_decades_evenly() -> None:
+    fig = figure(lines=[charts.Line("busbw", [8, 80, 800, 8000], [1, 2, 3, 4])], x_log=True)
+    root = ET.fromstring(charts.svg(fig))
+    assert any(t.text == "GPUs (log scale)" for t in root.iter(f"{SVG}text"))
+    xs = [float(c.get("cx", 0)) for c in root.findall(f".//{SVG}circle")]
+    gaps = np.diff(xs)
+    assert gaps == pytest.approx([gaps[0]] * 3)
+
+
+def test_the_json_for_the_browser_aligns_every_line_on_one_x_array() -> None:
+    fig = figure(lines=[charts.Line("a", [1, 2], [10, 20]), charts.Line("b", [2, 4], [5, 6], dashed=True, color_of=0)])
+    data = fig.as_json()
+    assert data["data"] == [[1, 2, 4], [10, 20, None], [None, 5, 6]]
+    assert data["series"][1] == {"label": "b", "color": data["series"][0]["color"], "dashed": True}
+
+
+def test_an_empty_figure_says_there_is_nothing_to_draw() -> None:
+    svg = charts.svg(figure(lines=[charts.Line("a", [], [])]))
+    ET.fromstring(svg)
+    assert "no values to draw" in svg
+
+
+def test_a_million_points_become_a_min_max_band_of_at_most_max_points_in_well_under_a_second() -> None:
+    n = 1_000_000
+    x = np.arange(n, dtype=np.float64)
+    y = np.where(np.arange(n) % 5000 == 0, 1000.0, 1.0)  # rare spikes must survive
+    started = time.perf_counter()
+    fig = figure(lines=[charts.Line("a million", x.tolist(), y.tolist())])
+    svg = charts.svg(fig)
+    took = time.perf_counter() - started
+    assert took < 2.0  # about 0.3 s here; generous for a loaded CI machine
+    line = fig.lines[0]
+    assert line.banded and len(line.x) <= charts.MAX_POINTS
+    assert max(line.high or []) == 1000.0 and min(line.low or []) == 1.0
+    assert svg.count("<polygon") == 1 and "<circle" not in svg and len(svg) < 100_000
+    ET.fromstring(svg)
+
+
+def test_the_shared_minmax_helper_buckets_like_the_run_page_and_leaves_short_series_whole() -> None:
+    x = np.arange(10, dtype=np.float64)
+    y = np.array([1, 5, 2, 2, 9, 0, 3, 3, 3, 4], dtype=np.float64)
+    same = minmax_buckets(x, y, max_points=10)
+    assert same[0] is x and same[1] is y and same[2] is y
+    start, low, high = minmax_buckets(x, y, max_points=2)
+    assert start.tolist() == [0.0, 4.5] and low.tolist() == [1, 0] and high.tolist() == [9, 4]
+    assert (
+        band_points([0, 1], [0, 0], [1, 1], lambda v: v * 10, lambda v: 100 - v)
+        == "0.0,99.0 10.0,99.0 10.0,100.0 0.0,100.0"
+    )
