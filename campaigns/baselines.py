@@ -19,7 +19,8 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, TextField
+from django.db.models.functions import Cast
 
 from campaigns import verdicts
 from campaigns.models import (
@@ -76,17 +77,25 @@ def campaigns_point_values(
 ) -> dict[int, dict[Key, Series]]:
     """``point_values`` of several campaigns in one query, by campaign id."""
     axes = {c.pk: [name for name, _ in c.matrix] for c in campaigns}
-    rows = Result.objects.filter(
-        run__campaign__in=list(axes), run__status=RunStatus.SUCCEEDED, run__is_warmup=False, host=""
-    ).exclude(labels__has_key="job")
+    measured = Run.objects.filter(campaign__in=list(axes), status=RunStatus.SUCCEEDED, is_warmup=False)
     if runs is not None:
-        rows = rows.filter(run_id__in=list(runs))
+        measured = measured.filter(pk__in=list(runs))
+    # A point's axes are the same in each of its runs: read them once per point, not once per result row.
+    points: dict[tuple[int, int], tuple[str, dict[str, Any]]] = {}
+    for campaign_id, point, params in measured.values_list("campaign_id", "point", "params"):
+        if (campaign_id, point) not in points:
+            point_params = {k: params[k] for k in axes[campaign_id] if k in params}
+            points[campaign_id, point] = (json.dumps(point_params, sort_keys=True), point_params)
+    rows = Result.objects.filter(run__in=measured, host="").exclude(labels__has_key="job")
     found: dict[int, dict[Key, Series]] = defaultdict(dict)
-    for campaign_id, point, params, name, labels, unit, value in rows.values_list(
-        "run__campaign_id", "run__point", "run__params", "name", "labels", "unit", "value"
+    # labels as text: most are {}, and decoding JSON for every row is what a large comparison would spend its time on
+    for campaign_id, point, name, labels, unit, value in rows.values_list(
+        "run__campaign_id", "run__point", "name", Cast("labels", TextField()), "unit", "value"
     ).order_by("run__point", "run__sequence"):
-        point_params = {k: params[k] for k in axes[campaign_id] if k in params}
-        key = Key(json.dumps(point_params, sort_keys=True), metric_label(name, labels))
+        if (campaign_id, point) not in points:  # a run that succeeded between the two queries: next time
+            continue
+        text, point_params = points[campaign_id, point]
+        key = Key(text, metric_label(name, json.loads(labels) if labels not in ("{}", "") else {}))
         found[campaign_id].setdefault(key, Series(point, point_params, unit, [])).values.append(value)
     return found
 

@@ -12,6 +12,7 @@ from django.db.models import Avg, Count, F, Prefetch, Q, QuerySet
 
 from campaigns import planning
 from campaigns.models import RUN_TERMINAL, Campaign, Result, Run, RunStatus
+from campaigns.verdicts import sample_stdev
 from runners.benchmarks.base import get_benchmark
 
 
@@ -138,7 +139,7 @@ def campaign_preview(*, campaign: Campaign, max_points: int = 50) -> dict[str, A
 def describe(values: list[float]) -> dict[str, float | int | None]:
     n = len(values)
     mean = statistics.fmean(values)
-    stdev = statistics.stdev(values) if n > 1 else 0.0
+    stdev = sample_stdev(values)
     return {
         "n": n,
         "mean": mean,

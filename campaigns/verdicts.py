@@ -147,11 +147,23 @@ def _finite(values: Iterable[float]) -> list[float]:
     return [x for x in (float(v) for v in values) if math.isfinite(x)]
 
 
+def sample_stdev(values: Sequence[float]) -> float:
+    """The sample standard deviation in floating point: exactly 0 when every value is the same (or there is one).
+
+    statistics.stdev is exact, through fractions, and costs a page comparing 10,000 runs most of its time.
+    """
+    n = len(values)
+    if n < 2 or min(values) == max(values):
+        return 0.0
+    mean = math.fsum(values) / n
+    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+
+
 def _stats(values: Sequence[float]) -> Stats | None:
     if not values:
         return None
     mean = statistics.fmean(values)
-    stdev = statistics.stdev(values) if len(values) > 1 else 0.0
+    stdev = sample_stdev(values)
     cv = stdev / abs(mean) if len(values) > 1 and mean != 0 else None
     return Stats(n=len(values), mean=mean, stdev=stdev, min=min(values), max=max(values), cv=cv)
 
