@@ -14,14 +14,14 @@ from tests.browser import log_in, snap
 DEFINITION = """\
 name: browser-fio
 kind: fio
-description: fio reads and writes on one lab node, from the builder
+description: fio reads on one lab node with one and two jobs, from the builder
 nodes: [lab1]
 repetitions: 2
 timeout: 120
 cache: {flush_clients: false}
-fixed: {bs: 64k, size: 8M}
+fixed: {bs: 64k, size: 8M, rw: read}
 matrix:
-  rw: [read, write]
+  numjobs: [1, 2]
 """
 
 
@@ -39,11 +39,11 @@ def test_it_builds_launches_and_watches_a_campaign_to_the_end(
 
     page.goto("/campaigns/new/")
     definition = page.get_by_test_id("definition")
-    definition.fill(DEFINITION.replace("rw: [read, write]", "rw: [read, write, bogus]"))
+    definition.fill(DEFINITION.replace("numjobs: [1, 2]", "numjobs: [1, 2, bogus]"))
     definition.press("End")  # the preview listens for keyup
     errors = page.get_by_test_id("preview-errors").filter(has_text="bogus")
     errors.wait_for()  # the field and the bad value are named
-    assert "rw" in errors.inner_text()
+    assert "numjobs" in errors.inner_text()
     snap(page, "03-builder-error")
 
     definition.fill(DEFINITION)
@@ -77,3 +77,27 @@ def test_it_builds_launches_and_watches_a_campaign_to_the_end(
     snap(page, "08-dashboard")
     campaign.refresh_from_db()
     assert campaign.status == CampaignStatus.SUCCEEDED
+
+    # a second campaign of the same definition, launched from a clone of the first
+    page.goto(f"/campaigns/{campaign.pk}/")
+    page.get_by_test_id("clone").click()
+    page.get_by_test_id("definition").wait_for()
+    page.get_by_test_id("create-and-launch").click()
+    page.wait_for_url("**/campaigns/*/")
+    page.locator("#campaign-runs[data-status=succeeded]").wait_for(timeout=150_000)
+    again = Campaign.objects.exclude(pk=campaign.pk).get(family=campaign.family_name)
+
+    # compare the two: a row per point and metric, each change judged against the spread of the repetitions
+    page.goto(f"/compare/?campaign={campaign.pk}&campaign={again.pk}")
+    table = page.locator("#table-compare")
+    assert table.get_by_text("bw_bytes").count() >= 2  # one row per point
+    assert again.name in table.inner_text()
+    snap(page, "09-compare")
+
+    # the scaling chart over the numjobs axis, drawn on the server and redrawn by uPlot
+    page.goto(f"/analysis/scaling/?campaign={campaign.pk}&campaign={again.pk}&metric=bw_bytes&x=numjobs")
+    figure = page.locator("figure[data-chart]")
+    assert figure.locator(".chart-svg svg").count() == 1
+    page.locator("figure[data-chart] .uplot").wait_for()
+    assert "%" in page.locator(".analysis-table").first.inner_text()  # the efficiency at each point
+    snap(page, "10-scaling")
