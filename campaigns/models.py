@@ -41,6 +41,10 @@ class Campaign(models.Model):
     rules = models.JSONField(default=dict, blank=True, help_text="how the matrix expands beyond the cross product")
     nodes = models.ManyToManyField(Node, blank=True, related_name="campaigns")
     node_tags = models.ManyToManyField(Tag, blank=True, related_name="campaigns")
+    # What a launch reserves (see campaigns.reservations): the nodes its runs use, resolved when it joins the queue.
+    reserved_nodes = models.ManyToManyField(
+        Node, blank=True, related_name="reserving_campaigns", help_text="the nodes its runs use (held while it runs)"
+    )
     storage = models.ForeignKey(
         StorageSystem, null=True, blank=True, on_delete=models.PROTECT, related_name="campaigns"
     )
@@ -64,6 +68,9 @@ class Campaign(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     launched_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    waiting_since = models.DateTimeField(
+        null=True, blank=True, db_index=True, help_text="in the queue for its nodes since; empty once it holds them"
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -178,14 +185,17 @@ class Result(models.Model):
 
 
 class NodeLease(models.Model):
-    """A node held by an active run: the unique constraint keeps two runs off one node at once."""
+    """A node reserved by a running campaign, from its first run until it ends.
+
+    One row per node (the unique constraint): two campaigns never hold one node, so their runs never overlap.
+    """
 
     node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="lease")
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="leases")
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="leases")
     acquired_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:
-        return f"{self.node} held by {self.run}"
+        return f"{self.node} held by {self.campaign}"
 
 
 class Baseline(models.Model):

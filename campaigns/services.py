@@ -213,7 +213,7 @@ def campaign_clone(*, campaign: Campaign, name: str, owner: Any = None) -> Campa
     return campaign_apply(data=data, owner=owner, team=campaign.team)
 
 
-# --- launch and scheduling ----------------------------------------------------------------------
+# --- launch and node reservations ---------------------------------------------------------------
 
 
 def campaign_target_nodes(*, campaign: Campaign) -> list[Node]:
@@ -237,8 +237,9 @@ def campaign_launch(*, campaign: Campaign, user: Any = None) -> Campaign:
     if unusable:
         raise CampaignError(f"nodes not active (maintenance or retired): {', '.join(unusable)}", field="nodes")
     with transaction.atomic():
+        now = timezone.now()
         if not campaign_transition(
-            campaign=campaign, old=CampaignStatus.DRAFT, new=CampaignStatus.RUNNING, launched_at=timezone.now()
+            campaign=campaign, old=CampaignStatus.DRAFT, new=CampaignStatus.RUNNING, launched_at=now, waiting_since=now
         ):
             campaign.refresh_from_db()
             raise CampaignError(f"campaign {campaign.name} is already {campaign.status}", conflict=True)
@@ -262,17 +263,17 @@ def campaign_launch(*, campaign: Campaign, user: Any = None) -> Campaign:
             )
             for p in planned
         )
-        _create_run_hosts(runs, nodes)
+        campaign.reserved_nodes.set(_create_run_hosts(runs, nodes))
         transaction.on_commit(lambda: campaign_advance_task.delay(campaign.pk))
     campaign.refresh_from_db()
     return campaign
 
 
 def campaign_advance(*, campaign_id: int) -> str:
-    """Start the campaign's next pending run if nothing of it is active and its nodes are free.
+    """Take the campaign's nodes when it is its turn, then start its next pending run once nothing of it is active.
 
-    Returns what happened: "started", "busy" (another run holds a node: try again later), "active",
-    "finished" or "idle".
+    Returns what happened: "started", "waiting" (in the queue for its nodes), "paused" (the next run needs a node
+    that is not active), "active" (a run of it is under way), "finished" or "idle" (not running).
     """
     from runners.tasks import run_start_task
 
@@ -280,24 +281,104 @@ def campaign_advance(*, campaign_id: int) -> str:
         campaign = Campaign.objects.select_for_update().filter(pk=campaign_id).first()
         if campaign is None or campaign.status != CampaignStatus.RUNNING:
             return "idle"
+        if campaign.waiting_since is not None and not _reservation_take(campaign):
+            return "waiting"
         if campaign.runs.filter(status__in=RUN_ACTIVE).exists():
             return "active"
         run = campaign.runs.filter(status=RunStatus.PENDING).order_by("sequence").first()
         if run is None:
             campaign_finish(campaign=campaign)
             return "finished"
-        node_ids = list(run.hosts.values_list("node_id", flat=True))
-        try:
-            with transaction.atomic():
-                NodeLease.objects.bulk_create(NodeLease(node_id=n, run=run) for n in node_ids if n)
-        except IntegrityError:
-            return "busy"
+        node_ids = {n for n in run.hosts.values_list("node_id", flat=True) if n}
+        nodes = Node.objects.select_for_update(no_key=True, of=("self",)).filter(pk__in=node_ids).order_by("pk")
+        if any(n.status != NodeStatus.ACTIVE for n in nodes):
+            return "paused"  # until the node is active again (the reconciler advances running campaigns)
+        if node_ids - set(campaign.leases.values_list("node_id", flat=True)):
+            # Never start a run on a node the campaign does not hold (its reservation predates a change of
+            # its nodes): it queues for the missing ones first.
+            campaign.reserved_nodes.add(*node_ids)
+            campaign.waiting_since = timezone.now()
+            campaign.save(update_fields=["waiting_since"])
+            if not _reservation_take(campaign):
+                return "waiting"
         now = timezone.now()
         Run.objects.filter(pk=run.pk, status=RunStatus.PENDING).update(
             status=RunStatus.QUEUED, queued_at=now, heartbeat_at=now
         )
         transaction.on_commit(lambda: run_start_task.delay(run.pk))
     return "started"
+
+
+def _advance_later(campaign_id: int) -> None:
+    from campaigns.tasks import campaign_advance_task
+
+    campaign_advance_task.delay(campaign_id)
+
+
+def queue_ahead(*, campaign: Campaign) -> QuerySet[Campaign]:
+    """The waiting campaigns served before ``campaign`` (first come, first served, per node).
+
+    They joined the queue earlier (ties: lower id), want at least one of its nodes, and could start once their
+    nodes are free: a campaign waiting for a node in maintenance does not hold up the ones behind it meanwhile.
+    Empty when ``campaign`` is not waiting.
+    """
+    since = campaign.waiting_since
+    if since is None or campaign.status != CampaignStatus.RUNNING:
+        return Campaign.objects.none()
+    through = Campaign.reserved_nodes.through.objects
+    unusable = through.exclude(node__status=NodeStatus.ACTIVE).values("campaign_id")
+    return (
+        Campaign.objects.filter(Q(waiting_since__lt=since) | Q(waiting_since=since, pk__lt=campaign.pk))
+        .filter(status=CampaignStatus.RUNNING, reserved_nodes__in=through.filter(campaign=campaign).values("node_id"))
+        .exclude(pk__in=unusable)
+        .distinct()
+    )
+
+
+def _reservation_take(campaign: Campaign) -> bool:
+    """Lease every node the waiting ``campaign`` reserves, if they are active and free and it is its turn.
+
+    Called with the campaign's row locked. The node rows are locked too (in id order, so two campaigns never
+    deadlock), which orders this check against a concurrent change of a node's status; the lease's unique
+    constraint settles a race for a node between two campaigns. True once it holds them all.
+    """
+    nodes = list(
+        Node.objects.select_for_update(no_key=True, of=("self",)).filter(reserving_campaigns=campaign).order_by("pk")
+    )
+    held = set(campaign.leases.values_list("node_id", flat=True))
+    taken = all(n.status == NodeStatus.ACTIVE for n in nodes) and not queue_ahead(campaign=campaign).exists()
+    if taken:
+        try:
+            with transaction.atomic():
+                NodeLease.objects.bulk_create(NodeLease(node=n, campaign=campaign) for n in nodes if n.pk not in held)
+        except IntegrityError:  # another campaign holds one of them
+            taken = False
+    if not taken:
+        if held and not campaign.runs.filter(status__in=RUN_ACTIVE).exists():
+            _reservation_release(campaign, requeue=True)  # a waiting campaign holds nothing: no deadlock
+        return False
+    campaign_transition(campaign=campaign, old=CampaignStatus.RUNNING, new=CampaignStatus.RUNNING, waiting_since=None)
+    campaign.waiting_since = None
+    return True
+
+
+def _reservation_release(campaign: Campaign, *, requeue: bool = False) -> None:
+    """Give the campaign's nodes back (and take it out of the queue unless ``requeue``); the waiting campaigns
+    that want one of its nodes are advanced as soon as this commits."""
+    node_ids = set(campaign.reserved_nodes.values_list("pk", flat=True))
+    node_ids |= set(campaign.leases.values_list("node_id", flat=True))
+    campaign.leases.all().delete()
+    if not requeue:
+        Campaign.objects.filter(pk=campaign.pk).update(waiting_since=None)
+    waiting = (
+        Campaign.objects.filter(status=CampaignStatus.RUNNING, waiting_since__isnull=False, reserved_nodes__in=node_ids)
+        .exclude(pk=campaign.pk)
+        .order_by("waiting_since", "pk")
+        .values_list("pk", "waiting_since")
+        .distinct()
+    )
+    for waiting_id, _ in waiting:
+        transaction.on_commit(partial(_advance_later, waiting_id))
 
 
 def _campaign_key_pair(campaign: Campaign) -> None:
@@ -326,12 +407,16 @@ def campaign_finish(*, campaign: Campaign) -> bool:
     verdict = campaign_judge(campaign=campaign)
     if verdict is None or verdict.final:  # else: suspected regressions are being re-run, the campaign goes on
         _teardown_after(campaign)
+        _reservation_release(campaign)
     return True
 
 
 def campaign_rerun(*, campaign: Campaign, points: list[int] | None = None, failed: bool = False) -> list[Run]:
     """Run more of a finished campaign: new attempts of its failed runs (``failed``), or fresh repetitions of
-    matrix ``points`` (a suspected regression measured again). The campaign goes back to running."""
+    matrix ``points`` (a suspected regression measured again). The campaign goes back to running.
+
+    A campaign that still holds its nodes (a re-run decided as it ends) keeps them and runs on them; any other
+    joins the back of the queue for the nodes it selects now."""
     from campaigns.tasks import campaign_advance_task
 
     with transaction.atomic():
@@ -361,24 +446,36 @@ def campaign_rerun(*, campaign: Campaign, points: list[int] | None = None, faile
         if not planned:
             raise CampaignError("nothing to re-run: " + ("no failed run" if failed else "no such matrix point"),
                                 field="points" if not failed else "")  # fmt: skip
-        nodes = campaign_target_nodes(campaign=campaign)
+        holding = campaign.leases.exists()
+        nodes = (
+            sorted(campaign.reserved_nodes.all(), key=lambda n: n.name)
+            if holding
+            else campaign_target_nodes(campaign=campaign)
+        )
         new = Run.objects.bulk_create(
             Run(campaign=campaign, sequence=sequence + i + 1, point=point, params=params, repetition=rep,
                 is_warmup=warm, attempt=attempt)
             for i, (point, params, rep, warm, attempt) in enumerate(planned)
         )  # fmt: skip
-        _create_run_hosts(new, nodes)
-        campaign_transition(campaign=campaign, old=campaign.status, new=CampaignStatus.RUNNING, finished_at=None)
+        used = _create_run_hosts(new, nodes)
+        queue = {} if holding else {"waiting_since": timezone.now()}
+        if not holding:
+            campaign.reserved_nodes.set(used)
+        campaign_transition(
+            campaign=campaign, old=campaign.status, new=CampaignStatus.RUNNING, finished_at=None, **queue
+        )
         transaction.on_commit(lambda: campaign_advance_task.delay(campaign.pk))
     return new
 
 
-def _create_run_hosts(runs: list[Run], nodes: list[Node]) -> None:
-    RunHost.objects.bulk_create(
+def _create_run_hosts(runs: list[Run], nodes: list[Node]) -> list[Node]:
+    """Each run's hosts; returns the nodes the runs use (the ones a launch reserves)."""
+    hosts = RunHost.objects.bulk_create(
         RunHost(run=run, node=node, host=node.name, address=node.address, command="", remote_dir="")
         for run in runs
         for node in planning.nodes_for(run.params, nodes)
     )
+    return list({h.node.pk: h.node for h in hosts if h.node}.values())
 
 
 def _teardown_after(campaign: Campaign) -> None:
@@ -390,7 +487,8 @@ def _teardown_after(campaign: Campaign) -> None:
 
 
 def campaign_cancel(*, campaign: Campaign) -> Campaign:
-    """Cancel a running campaign: pending runs are cancelled, active ones killed on their hosts."""
+    """Cancel a running campaign: pending runs are cancelled, active ones killed on their hosts, its nodes
+    given back (or its place in the queue)."""
     from runners.tasks import run_kill_task
 
     with transaction.atomic():
@@ -404,6 +502,7 @@ def campaign_cancel(*, campaign: Campaign) -> Campaign:
             status=RunStatus.CANCELLED, finished_at=now, error="campaign cancelled"
         )
         _teardown_after(campaign)
+        _reservation_release(campaign)
         active = list(campaign.runs.filter(status__in=RUN_ACTIVE).values_list("pk", flat=True))
         for run_id in active:
             run_finish(run_id=run_id, status=RunStatus.CANCELLED, error="cancelled by the user")
@@ -426,7 +525,7 @@ def run_heartbeat(*, run_id: int) -> None:
 
 
 def run_finish(*, run_id: int, status: str, error: str = "") -> bool:
-    """Put an active run in a terminal state, free its nodes and let its campaign go on."""
+    """Put an active run in a terminal state and let its campaign go on (on the nodes it still holds)."""
     from campaigns.tasks import campaign_advance_task
 
     assert status in RUN_TERMINAL
@@ -439,7 +538,6 @@ def run_finish(*, run_id: int, status: str, error: str = "") -> bool:
             error=error[:10_000],
         )
         if done:
-            NodeLease.objects.filter(run_id=run_id).delete()
             campaign_id = Run.objects.values_list("campaign_id", flat=True).get(pk=run_id)
             transaction.on_commit(lambda: campaign_advance_task.delay(campaign_id))
     return done

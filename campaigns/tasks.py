@@ -12,15 +12,14 @@ from campaigns import services
 from campaigns.models import RUN_ACTIVE, Campaign, CampaignStatus, RunStatus
 
 log = logging.getLogger(__name__)
-BUSY_RETRY_SECONDS = 5.0
 
 
-@shared_task(bind=True, soft_time_limit=60, time_limit=90)
-def campaign_advance_task(self: Task, campaign_id: int) -> str:
-    outcome = services.campaign_advance(campaign_id=campaign_id)
-    if outcome == "busy":  # another campaign holds one of the nodes: wait for it
-        campaign_advance_task.apply_async((campaign_id,), countdown=BUSY_RETRY_SECONDS)
-    return outcome
+@shared_task(soft_time_limit=60, time_limit=90)
+def campaign_advance_task(campaign_id: int) -> str:
+    """Take the campaign's nodes or start its next run. A waiting campaign is not retried on a timer: the
+    campaign whose nodes it wants advances it as it ends, and ``reconcile_runs`` advances every running
+    campaign with nothing active (a node back from maintenance, a lost message)."""
+    return services.campaign_advance(campaign_id=campaign_id)
 
 
 @shared_task(soft_time_limit=120, time_limit=150)

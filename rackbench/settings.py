@@ -55,6 +55,9 @@ INSTALLED_APPS = [
     "runners",
     "telemetry",
     "api",
+    "django_celery_beat",
+    "scheduling",
+    "analysis",
 ]
 
 MIDDLEWARE = [
@@ -175,6 +178,10 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 CELERY_TASK_ALWAYS_EAGER = False
+# Beat reads its schedule from the database (django-celery-beat): the schedules of scheduling/ and the entries of
+# CELERY_BEAT_SCHEDULE, which beat copies there each time it starts. Cron schedules are read in TIME_ZONE.
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = TIME_ZONE
 
 # --- rackbench ----------------------------------------------------------------------------------
 RACKBENCH: dict[str, Any] = {
@@ -196,7 +203,21 @@ RACKBENCH: dict[str, Any] = {
     "MAX_RESUMES": env_int("RACKBENCH_MAX_RESUMES", 3, minimum=0),
     "REMOTE_ROOT": env_str("RACKBENCH_REMOTE_ROOT", ".rackbench"),
     "LAB_DIR": Path(env_str("RACKBENCH_LAB_DIR", str(DATA_DIR / "lab"))),
+    # Prometheus pulled after each run (telemetry.prometheus); empty: no pull.
+    "PROMETHEUS_URL": env_str("RACKBENCH_PROMETHEUS_URL", "").rstrip("/"),
+    # A YAML file listing queries pulled for every run ([{name:, query:, step:}]); empty: only the campaigns' own.
+    "PROMETHEUS_QUERIES": env_str("RACKBENCH_PROMETHEUS_QUERIES", ""),
+    "PROMETHEUS_STEP": env_float("RACKBENCH_PROMETHEUS_STEP", 15.0, minimum=0.001),
+    "PROMETHEUS_TIMEOUT": env_float("RACKBENCH_PROMETHEUS_TIMEOUT", 10.0, minimum=0.1),
+    # Seconds between a run's end and the pull: the last scrapes of the run land in Prometheus meanwhile.
+    "PROMETHEUS_DELAY": env_float("RACKBENCH_PROMETHEUS_DELAY", 30.0, minimum=0.0),
+    # Grafana linked from each run page over the run's time window; empty: no link.
+    "GRAFANA_URL": env_str("RACKBENCH_GRAFANA_URL", "").rstrip("/"),
+    "GRAFANA_DASHBOARD": env_str("RACKBENCH_GRAFANA_DASHBOARD", ""),
 }
+for _name in ("PROMETHEUS_URL", "GRAFANA_URL"):
+    if RACKBENCH[_name] and not RACKBENCH[_name].startswith(("http://", "https://")):
+        raise ImproperlyConfigured(f"RACKBENCH_{_name}={RACKBENCH[_name]!r} must start with http:// or https://")
 if not RACKBENCH["ENCRYPTION_KEYS"]:
     if not DEBUG:
         raise ImproperlyConfigured("RACKBENCH_ENCRYPTION_KEYS must be set when RACKBENCH_DEBUG is off")

@@ -12,5 +12,7 @@ urlpatterns = [
     path("api/v1/", include("api.urls")),
     path("metrics", campaign_views.metrics, name="metrics"),
     path("inventory/", include("inventory.urls")),
+    path("", include("analysis.urls")),
+    path("", include("scheduling.urls")),
     path("", include("campaigns.urls")),
 ]

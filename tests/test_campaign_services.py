@@ -137,17 +137,19 @@ def test_it_selects_active_nodes_by_tag(nodes: list[Any]) -> None:
     assert [n.name for n in services.campaign_target_nodes(campaign=campaign)] == ["n1", "n2"]
 
 
-def test_it_keeps_a_second_campaign_off_busy_nodes(nodes: list[Any]) -> None:
+def test_it_keeps_a_second_campaign_off_busy_nodes_until_the_first_ends(nodes: list[Any]) -> None:
     first = services.campaign_launch(campaign=services.campaign_apply(data=spec(name="a")))
     second = services.campaign_launch(campaign=services.campaign_apply(data=spec(name="b", nodes=["n2"])))
 
     assert services.campaign_advance(campaign_id=first.pk) == "started"
     assert services.campaign_advance(campaign_id=first.pk) == "active"
-    assert services.campaign_advance(campaign_id=second.pk) == "busy"
+    assert services.campaign_advance(campaign_id=second.pk) == "waiting"
     run = first.runs.get(status=RunStatus.QUEUED)
-    assert set(NodeLease.objects.values_list("run_id", flat=True)) == {run.pk}
+    assert set(NodeLease.objects.values_list("node__name", "campaign_id")) == {("n1", first.pk), ("n2", first.pk)}
 
     assert services.run_finish(run_id=run.pk, status=RunStatus.SUCCEEDED)
+    assert services.campaign_advance(campaign_id=second.pk) == "waiting"  # the first holds n2 until it ends
+    services.campaign_cancel(campaign=first)
     assert not NodeLease.objects.exists()
     assert services.campaign_advance(campaign_id=second.pk) == "started"
 

@@ -1,0 +1,216 @@
+"""Campaign-level node reservations: a running campaign holds its nodes until it ends; the others queue for them.
+
+The queue rules are tested on the services (no SSH needed); the invariant (two campaigns on one lab node never
+overlap, the second starts by itself once the first has finished) on real lab nodes with a real Celery worker.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.template.loader import render_to_string
+
+from campaigns import services
+from campaigns.models import Campaign, CampaignStatus, NodeLease, Run, RunStatus
+from campaigns.tasks import reconcile_runs
+from inventory.models import Node, NodeStatus
+from inventory.services import node_upsert
+from scheduling.selectors import campaign_queue
+from tests.conftest import finished, wait_for
+from tests.test_campaign_e2e import fio_campaign
+
+
+@pytest.fixture
+def nodes(db: Any) -> dict[str, Node]:
+    return {f"n{i}": node_upsert(name=f"n{i}", address=f"10.0.0.{i}") for i in (1, 2, 3)}
+
+
+def launch(name: str, nodes: list[str], **overrides: Any) -> Campaign:
+    data = {"name": name, "kind": "fio", "nodes": nodes, "fixed": {"bs": "4k", "size": "16M"},
+            "matrix": {"rw": ["read", "write"]}, **overrides}  # fmt: skip
+    return services.campaign_launch(campaign=services.campaign_apply(data=data))
+
+
+def advance(campaign: Campaign) -> str:
+    return services.campaign_advance(campaign_id=campaign.pk)
+
+
+def fresh(campaign: Campaign) -> Campaign:
+    return Campaign.objects.get(pk=campaign.pk)
+
+
+def held(campaign: Campaign) -> set[str]:
+    return set(NodeLease.objects.filter(campaign=campaign).values_list("node__name", flat=True))
+
+
+def test_a_running_campaign_holds_its_nodes_between_runs_until_it_ends(nodes: dict[str, Node]) -> None:
+    first = launch("first", ["n1", "n2"])
+    second = launch("second", ["n2"])
+
+    assert advance(first) == "started"
+    run = first.runs.get(status=RunStatus.QUEUED)
+    services.run_finish(run_id=run.pk, status=RunStatus.SUCCEEDED)
+    assert held(first) == {"n1", "n2"}  # between its two runs too
+    assert advance(second) == "waiting"
+
+    assert advance(first) == "started"
+    services.run_finish(run_id=first.runs.get(status=RunStatus.QUEUED).pk, status=RunStatus.SUCCEEDED)
+    assert advance(first) == "finished"
+    assert fresh(first).status == CampaignStatus.SUCCEEDED and held(first) == set()
+    assert advance(second) == "started" and held(second) == {"n2"}
+
+
+def test_waiting_campaigns_are_served_in_launch_order_and_a_later_one_never_overtakes(
+    nodes: dict[str, Node],
+) -> None:
+    holder = launch("holder", ["n1"])
+    assert advance(holder) == "started"
+    early = launch("early", ["n1", "n2"])  # waits for n1
+    late = launch("late", ["n2"])  # n2 is free, but "early" wants it and came first
+    elsewhere = launch("elsewhere", ["n3"])  # wants nothing anyone wants
+
+    assert advance(early) == "waiting" and advance(late) == "waiting"
+    assert advance(elsewhere) == "started"
+    assert campaign_queue(campaign=fresh(early))["position"] == 1
+    assert campaign_queue(campaign=fresh(late))["position"] == 2
+    assert held(late) == set() and held(early) == set()
+
+    services.campaign_cancel(campaign=holder)
+    assert advance(late) == "waiting"  # still behind "early"
+    assert advance(early) == "started" and held(early) == {"n1", "n2"}
+    assert advance(late) == "waiting"
+    assert campaign_queue(campaign=fresh(late))["position"] == 1
+
+
+def test_the_queue_partial_names_the_holder_and_the_position_in_two_queries(
+    nodes: dict[str, Node], django_assert_max_num_queries: Any
+) -> None:
+    first = launch("first", ["n1", "n2"])
+    assert advance(first) == "started"
+    second = fresh(launch("second", ["n1"]))
+
+    with django_assert_max_num_queries(2):
+        html = render_to_string("scheduling/_queue.html", {"campaign": second})
+
+    assert "n1 held by campaign" in html and ">first</a>" in html
+    assert "position 1 in the queue (next)" in html
+    assert render_to_string("scheduling/_queue.html", {"campaign": fresh(first)}).strip() == ""
+
+
+def test_a_node_put_into_maintenance_is_not_used_by_a_waiting_campaign(nodes: dict[str, Node]) -> None:
+    holder = launch("holder", ["n1"])
+    assert advance(holder) == "started"
+    waiting = launch("waiting", ["n1", "n2"])
+    Node.objects.filter(name="n1").update(status=NodeStatus.MAINTENANCE)
+    behind = launch("behind", ["n2"])  # not held up by a campaign that cannot start anyway
+
+    services.campaign_cancel(campaign=holder)
+    assert advance(waiting) == "waiting" and held(waiting) == set()
+    queue = campaign_queue(campaign=fresh(waiting))
+    assert [n.name for n in queue["inactive"]] == ["n1"] and queue["holders"] == []
+    assert "n1 is in maintenance" in render_to_string("scheduling/_queue.html", {"campaign": fresh(waiting)})
+    assert advance(behind) == "started"
+
+    services.campaign_cancel(campaign=behind)
+    Node.objects.filter(name="n1").update(status=NodeStatus.ACTIVE)
+    assert advance(waiting) == "started" and held(waiting) == {"n1", "n2"}
+
+
+def test_a_running_campaign_pauses_while_a_node_of_its_next_run_is_in_maintenance(nodes: dict[str, Node]) -> None:
+    campaign = launch("paused", ["n1"])
+    assert advance(campaign) == "started"
+    services.run_finish(run_id=campaign.runs.get(status=RunStatus.QUEUED).pk, status=RunStatus.SUCCEEDED)
+    Node.objects.filter(name="n1").update(status=NodeStatus.MAINTENANCE)
+
+    assert advance(campaign) == "paused" and held(campaign) == {"n1"}
+    assert campaign_queue(campaign=fresh(campaign))["paused"]
+    Node.objects.filter(name="n1").update(status=NodeStatus.ACTIVE)
+    assert advance(campaign) == "started"
+
+
+def test_a_rerun_keeps_the_nodes_it_holds_and_a_later_rerun_queues_again(nodes: dict[str, Node]) -> None:
+    first = launch("first", ["n1"], matrix={"rw": ["read"]})
+    assert advance(first) == "started"
+    second = launch("second", ["n1"], matrix={"rw": ["read"]})
+    services.run_finish(run_id=first.runs.get().pk, status=RunStatus.SUCCEEDED)
+    # As campaign_finish does when a verdict re-runs suspected regressions: ended, still holding its nodes.
+    services.campaign_transition(campaign=first, old=CampaignStatus.RUNNING, new=CampaignStatus.SUCCEEDED)
+
+    services.campaign_rerun(campaign=fresh(first), points=[0])
+    assert fresh(first).waiting_since is None and held(first) == {"n1"}
+    assert advance(first) == "started" and advance(second) == "waiting"
+    services.run_finish(run_id=first.runs.get(status=RunStatus.QUEUED).pk, status=RunStatus.FAILED)
+    assert advance(first) == "finished" and held(first) == set()
+
+    services.campaign_rerun(campaign=fresh(first), failed=True)  # ended and gave its nodes back: back of the queue
+    assert fresh(first).waiting_since is not None
+    assert advance(first) == "waiting" and advance(second) == "started"
+
+
+def test_the_reconciler_advances_waiting_campaigns(nodes: dict[str, Node]) -> None:
+    launch("alone", ["n1"])  # waits for nothing but its turn
+
+    assert reconcile_runs()["advanced"] == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_only_one_of_several_campaigns_racing_for_a_node_gets_it() -> None:
+    node_upsert(name="n1", address="10.0.0.1")
+    campaigns = [launch(f"racer{i}", ["n1"]) for i in range(6)]
+    Campaign.objects.update(waiting_since=campaigns[0].waiting_since)  # nobody is ahead of anybody but by id
+    outcomes: list[str] = []
+    barrier = threading.Barrier(len(campaigns))
+
+    def race(campaign: Campaign) -> None:
+        barrier.wait()
+        try:
+            outcomes.append(advance(campaign))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=race, args=(c,)) for c in campaigns]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert sorted(outcomes) == ["started"] + ["waiting"] * 5
+    assert NodeLease.objects.get().campaign == campaigns[0]
+
+
+# --- on the lab, with a real worker -----------------------------------------------------------------
+
+
+@pytest.mark.lab
+@pytest.mark.worker
+def test_a_second_campaign_on_a_busy_lab_node_waits_its_turn_and_starts_when_the_first_ends(
+    lab: dict[str, Any], worker: Any
+) -> None:
+    fixed = {"bs": "4k", "size": "8M", "runtime": 2, "time_based": 1}
+    first = services.campaign_apply(data=fio_campaign("first", ["lab1"], fixed=fixed, repetitions=2))
+    second = services.campaign_apply(data=fio_campaign("second", ["lab1"], fixed=fixed))
+    third = services.campaign_apply(data=fio_campaign("third", ["lab2"], fixed=fixed))
+    services.campaign_launch(campaign=first)
+    wait_for(lambda: Run.objects.filter(campaign=first, status=RunStatus.RUNNING).exists(), what="first running")
+    services.campaign_launch(campaign=second)
+    services.campaign_launch(campaign=third)
+
+    queue = wait_for(lambda: campaign_queue(campaign=fresh(second)), what="second to be waiting")
+    assert queue["waiting"] and queue["position"] == 1
+    assert [(h.campaign.name, h.nodes) for h in queue["holders"]] == [("first", ["lab1"])]
+    assert finished(third).status == CampaignStatus.SUCCEEDED
+    assert fresh(first).status == CampaignStatus.RUNNING  # the third did not wait for it
+    assert not second.runs.exclude(status=RunStatus.PENDING).exists()
+
+    assert finished(first).status == CampaignStatus.SUCCEEDED
+    assert finished(second).status == CampaignStatus.SUCCEEDED  # started by itself: no beat runs here
+    first_runs = list(first.runs.order_by("started_at"))
+    second_runs = list(second.runs.order_by("started_at"))
+    assert min(r.queued_at for r in second_runs) >= fresh(first).finished_at
+    spans = sorted((r.started_at, r.finished_at) for r in first_runs + second_runs)
+    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+        assert start >= end, "two campaigns' runs overlapped on lab1"
+    assert not NodeLease.objects.exists()
