@@ -298,6 +298,7 @@ class RunViewSet(ScopedMixin, viewsets.ReadOnlyModelViewSet):
 
     serializer_class = serializers.RunSerializer
     filterset_class = filters.RunFilter
+    lookup_value_regex = r"[0-9]+"  # a run's actions look the id up themselves: "null,null" is a 404, not a 500
 
     def get_queryset(self) -> QuerySet[Run]:
         runs = Run.objects.prefetch_related("hosts").order_by("campaign_id", "sequence")
