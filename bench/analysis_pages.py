@@ -1,5 +1,6 @@
-"""Analysis pages at scale: compare, scaling, sweep and storage pages over 10,000-run campaigns and a million
-result rows, timed through the Django test client; and the chart of a 1,000,000-point series (issue 6, section 5).
+"""Pages at scale: compare, scaling, sweep and storage pages, the campaign page and the dashboard over 10,000-run
+campaigns and a million result rows, timed through the Django test client; and the chart of a 1,000,000-point
+series (issue 6, section 5).
 
     DATABASE_URL=postgres://rackbench:rackbench@127.0.0.1:5432/rackbench .venv/bin/python bench/analysis_pages.py
 
@@ -142,6 +143,10 @@ def run_bench() -> None:
         ("sweep as SVG", f"/analysis/sweep/?campaign={wide.pk}&metric=bw_bytes&x=numjobs&hosts=both&format=svg"),
         ("storage demand + sizing, measured by a 5,000-run fio campaign", f"/analysis/storage/?measured={before.pk}"
                                                                            "&per_gpu=100&gpus=48"),
+        ("campaign page, 10,000 runs (grid of every run, 50 in the table)", f"/campaigns/{wide.pk}/"),
+        ("campaign page, 5,000 runs x 8 aggregate metrics, last table page", f"/campaigns/{before.pk}/?page=100"),
+        ("dashboard", "/"),
+        ("campaign list", "/campaigns/"),
     ]  # fmt: skip
     print(f"{'page':<66} {'median s':>9} {'KiB':>7} {'queries':>8}")
     for what, url in urls:

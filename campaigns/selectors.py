@@ -43,6 +43,15 @@ def campaign_runs(*, campaign: Campaign) -> QuerySet[Run]:
     )
 
 
+RUN_CELL_FIELDS = ("pk", "campaign_id", "sequence", "point", "params", "repetition", "is_warmup", "attempt",
+                   "status", "started_at", "finished_at")  # fmt: skip
+
+
+def campaign_run_cells(*, campaign: Campaign) -> list[Run]:
+    """Every run of the campaign without its results: enough for the grid, the ETA and the active run."""
+    return list(campaign.runs.order_by("sequence").only(*RUN_CELL_FIELDS))
+
+
 def run_detail(*, run_id: int) -> Run:
     return Run.objects.select_related("campaign").prefetch_related("hosts", "results").get(pk=run_id)
 

@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from campaigns.models import Campaign, CampaignStatus, Run, RunStatus
+from campaigns.models import Campaign, CampaignStatus, Result, Run, RunStatus
 from campaigns.services import campaign_apply, campaign_launch
 from inventory.services import node_upsert
 from tests.conftest import finished, wait_for
@@ -147,6 +147,35 @@ def test_the_campaign_list_reads_as_many_queries_for_2_or_20_campaigns(
     with django_assert_max_num_queries(len(few)):
         page = client.get(reverse("campaigns:campaign-list")).content.decode()
     assert "c19" in page
+
+
+def test_it_pages_the_runs_table_of_a_large_campaign_but_grids_every_run(
+    member: Any, team: Any, django_assert_max_num_queries: Any
+) -> None:
+    node_upsert(name="n1", address="10.0.0.1", team=team)
+    campaign = campaign_launch(
+        campaign=campaign_apply(data=fio(matrix={"rw": ["read", "write"]}, repetitions=2), team=team)
+    )
+    client = signed_in(member)
+    with CaptureQueriesContext(connection) as small:
+        assert client.get(url(campaign)).status_code == 200
+    big = campaign_launch(
+        campaign=campaign_apply(
+            data=fio("big", matrix={"rw": ["read", "write"], "iodepth": list(range(1, 31))}, repetitions=2), team=team
+        )
+    )
+    runs = list(big.runs.order_by("sequence"))
+    Result.objects.bulk_create(Result(run=r, name="bw_bytes", value=r.sequence, unit="B/s") for r in runs)
+    with django_assert_max_num_queries(len(small) + 2):  # the pager counts the runs: as many queries for 120 runs
+        first = client.get(url(big)).content.decode()
+    assert first.count('class="cell status-') == 120  # the grid shows every run
+    assert "Runs 1–50 of 120" in first and 'rel="next"' in first
+    last = client.get(url(big) + "?page=3").content.decode()
+    assert "Runs 101–120 of 120" in last and 'rel="prev"' in last
+    assert f'href="{reverse("campaigns:run-detail", args=[runs[119].pk])}"' in last
+    partial = client.get(url(big) + "?page=3", headers=HX).content.decode()
+    assert f'hx-get="{url(big)}?page=3"' in partial  # polling keeps the page being read
+    assert client.get(url(big) + "?page=nonsense").status_code == 200  # a bad page number reads page 1
 
 
 @pytest.mark.lab
