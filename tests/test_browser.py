@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from campaigns.models import Campaign, CampaignStatus
+from scheduling.models import Schedule
 from tests.browser import log_in, snap
 
 DEFINITION = """\
@@ -101,3 +102,16 @@ def test_it_builds_launches_and_watches_a_campaign_to_the_end(
     page.locator("figure[data-chart] .uplot").wait_for()
     assert "%" in page.locator(".analysis-table").first.inner_text()  # the efficiency at each point
     snap(page, "10-scaling")
+
+    # schedule the first campaign nightly: the schedule page lists its next launches; the timeline shows the node
+    page.goto(f"/campaigns/{campaign.pk}/")
+    page.get_by_test_id("schedule").click()
+    page.locator("input[name=when][value=nightly]").check()
+    page.fill("input[name=time]", "02:30")
+    page.get_by_role("button", name="Schedule").click()
+    page.get_by_text("02:30").first.wait_for()
+    assert Schedule.objects.get(campaign=campaign).kind == "nightly"
+    snap(page, "11-schedule")
+    page.goto("/timeline/")
+    assert page.locator("table").get_by_text("lab1").count() >= 1
+    snap(page, "12-timeline")

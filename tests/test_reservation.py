@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from typing import Any
+from unittest import mock
 
 import pytest
 from django.db import connection
@@ -15,7 +16,7 @@ from django.template.loader import render_to_string
 
 from campaigns import services
 from campaigns.models import Campaign, CampaignStatus, NodeLease, Run, RunStatus
-from campaigns.tasks import reconcile_runs
+from campaigns.tasks import campaign_advance_task, reconcile_runs
 from inventory.models import Node, NodeStatus
 from inventory.services import node_upsert
 from scheduling.selectors import campaign_queue
@@ -159,7 +160,10 @@ def test_the_reconciler_advances_waiting_campaigns(nodes: dict[str, Node]) -> No
 @pytest.mark.django_db(transaction=True)
 def test_only_one_of_several_campaigns_racing_for_a_node_gets_it() -> None:
     node_upsert(name="n1", address="10.0.0.1")
-    campaigns = [launch(f"racer{i}", ["n1"]) for i in range(6)]
+    # The launches commit, and a Celery worker left running by an earlier test would advance the first campaign
+    # before the race: keep their advance tasks off the broker, the threads below are the only advancers.
+    with mock.patch.object(campaign_advance_task, "delay"):
+        campaigns = [launch(f"racer{i}", ["n1"]) for i in range(6)]
     Campaign.objects.update(waiting_since=campaigns[0].waiting_since)  # nobody is ahead of anybody but by id
     outcomes: list[str] = []
     barrier = threading.Barrier(len(campaigns))
