@@ -162,16 +162,22 @@ def describe(values: list[float]) -> dict[str, float | int | None]:
 
 def campaign_summary(*, campaign: Campaign) -> list[dict[str, Any]]:
     """Per matrix point and aggregate metric: statistics over the succeeded repetitions (warm-ups excluded)."""
+    measured = campaign.runs.filter(status=RunStatus.SUCCEEDED, is_warmup=False)
+    params: dict[int, dict[str, Any]] = {}
+    for point, run_params in measured.order_by("point", "sequence").values_list("point", "params"):
+        params.setdefault(point, run_params)  # a point's parameters are the same in each of its runs
     rows = (
-        Result.objects.filter(run__campaign=campaign, run__status=RunStatus.SUCCEEDED, run__is_warmup=False, host="")
+        Result.objects.filter(run__in=measured, host="")
         .exclude(labels__has_key="job")  # aggregates across hosts, not per-job rows
-        .values_list("run__point", "run__params", "name", "unit", "value")
+        .values_list("run__point", "name", "unit", "value")
         .order_by("run__point", "name")
     )
     grouped: dict[tuple[int, str], dict[str, Any]] = {}
     values: dict[tuple[int, str], list[float]] = defaultdict(list)
-    for point, params, name, unit, value in rows:
-        grouped.setdefault((point, name), {"point": point, "params": params, "metric": name, "unit": unit})
+    for point, name, unit, value in rows:
+        if point not in params:  # a run that succeeded between the two queries: next time
+            continue
+        grouped.setdefault((point, name), {"point": point, "params": params[point], "metric": name, "unit": unit})
         values[(point, name)].append(value)
     return [{**meta, **describe(values[key])} for key, meta in grouped.items()]
 

@@ -13,6 +13,7 @@ from django.core.paginator import Paginator
 from django.db.models import Count, OuterRef, Subquery
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.crypto import constant_time_compare
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_POST
@@ -134,6 +135,7 @@ def _live_context(campaign: Campaign, page: str | None = None) -> dict[str, Any]
         "progress": progress,
         "runs": runs,
         "grid": selectors.campaign_grid(campaign=campaign, runs=cells),
+        "run_base": reverse("campaigns:run-detail", args=[0]).removesuffix("0/"),  # one reverse for 10,000 cells
         "eta": selectors.campaign_eta(runs=cells, progress=progress),
         "remaining": progress["total"] - progress["done"],
         "active": active,

@@ -4,10 +4,20 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django import template
+from django.utils.html import format_html_join
+from django.utils.safestring import SafeString
 
 from campaigns import selectors
 
 register = template.Library()
+
+
+@register.filter
+def chips(params: dict[str, Any] | None, fixed: dict[str, Any] | None = None) -> SafeString:
+    """A point's parameters as ``key=value`` chips, the campaign's fixed ones left out (a filter, not an
+    include: a statistics table of a large campaign draws hundreds of them)."""
+    shown = [(key, value) for key, value in (params or {}).items() if key not in (fixed or {})]
+    return format_html_join(" ", "<code>{}={}</code>", shown)
 
 
 @register.filter
