@@ -99,6 +99,9 @@ def test_the_queue_partial_names_the_holder_and_the_position_in_two_queries(
     assert "n1 held by campaign" in html and ">first</a>" in html
     assert "position 1 in the queue (next)" in html
     assert render_to_string("scheduling/_queue.html", {"campaign": fresh(first)}).strip() == ""
+    # launched on a free node and not yet advanced: nothing to wait for, it is taking its nodes
+    third = render_to_string("scheduling/_queue.html", {"campaign": fresh(launch("third", ["n3"]))})
+    assert "Starting" in third and "Waiting" not in third
 
 
 def test_a_node_put_into_maintenance_is_not_used_by_a_waiting_campaign(nodes: dict[str, Node]) -> None:
