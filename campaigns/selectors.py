@@ -31,7 +31,11 @@ def campaign_list() -> QuerySet[Campaign]:
 
 
 def campaign_progress(*, campaign: Campaign) -> dict[str, Any]:
-    counts = dict(campaign.runs.values_list("status").annotate(n=Count("id")))
+    return progress_of(dict(campaign.runs.values_list("status").annotate(n=Count("id"))))
+
+
+def progress_of(counts: dict[str, int]) -> dict[str, Any]:
+    """Runs done of all, from the number of runs in each status."""
     total = sum(counts.values())
     done = sum(n for s, n in counts.items() if s in RUN_TERMINAL)
     return {"total": total, "done": done, "by_status": counts, "percent": round(100 * done / total) if total else 0}
@@ -52,8 +56,9 @@ def campaign_run_cells(*, campaign: Campaign) -> list[Run]:
     return list(campaign.runs.order_by("sequence").only(*RUN_CELL_FIELDS))
 
 
-def run_detail(*, run_id: int) -> Run:
-    return Run.objects.select_related("campaign").prefetch_related("hosts", "results").get(pk=run_id)
+def run_details() -> QuerySet[Run]:
+    """Runs with what their page shows (campaign, hosts, results)."""
+    return Run.objects.select_related("campaign").prefetch_related("hosts", "results")
 
 
 def campaign_spec(*, campaign: Campaign) -> dict[str, Any]:
@@ -339,15 +344,11 @@ def preset_spec(*, slug: str, suffix: str = "") -> dict[str, Any] | None:
     part = next((p for p in preset.campaigns if p.get("suffix", "") == suffix), None)
     if part is None:
         return None
-    name = f"{slug}-{suffix}" if suffix else slug
-    data: dict[str, Any] = {"name": unused_name(name)}
-    data["description"] = part.get("description", f"{preset.title} (preset {slug}; seed {preset.seed})")
-    data["kind"] = part.get("kind", "fio")
+    data = preset.definition(part, name=slug)
+    data["name"] = unused_name(data["name"])
     data["nodes"] = []
     if "storage" in preset.needs:
         data["storage"] = ""
-    data.update({k: v for k, v in part.items() if k not in {"suffix", "description", "kind"}})
-    data.setdefault("family", name)
     return data
 
 

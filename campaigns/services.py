@@ -190,13 +190,10 @@ def preset_instantiate(
     created = []
     with transaction.atomic():
         for part in preset.campaigns:
-            data = {k: v for k, v in part.items() if k != "suffix"}
-            data["name"] = f"{name}-{part['suffix']}" if part.get("suffix") else name
+            data = preset.definition(part, name=name)
             if Campaign.objects.filter(name=data["name"]).exists():
                 raise SpecError("name", f"a campaign named {data['name']!r} already exists")
-            data.setdefault("description", f"{preset.title} (preset {slug}; seed {preset.seed})")
             data.update(nodes=nodes or [], node_tags=node_tags or [], storage=storage)
-            data.setdefault("family", f"{slug}-{part['suffix']}" if part.get("suffix") else slug)
             created.append(campaign_apply(data=data, owner=owner, team=team))
     return created
 

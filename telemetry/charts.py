@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from telemetry import codec
 from telemetry.models import Series
-from telemetry.selectors import SeriesWindow, _bucketed, series_window
+from telemetry.selectors import SeriesWindow, bucketed, series_window
 
 WIDTH, HEIGHT = 600, 90
 POINTS = 300  # buckets per chart: about two pixels each
@@ -76,7 +77,7 @@ def minmax_buckets(
     start = float(x[0])
     width = (float(x[-1]) - start) / max_points or 1.0
     ids = np.minimum(((x - start) // width).astype(np.int64), max_points - 1)
-    buckets = _bucketed(ids, y, start=0, width=1)
+    buckets = bucketed(ids, y, start=0, width=1)
     return (start + buckets.ids * width).astype(np.float64), buckets.min, buckets.max
 
 
@@ -88,3 +89,28 @@ def run_window(series: list[Series], t0_s: float | None, t1_s: float | None) -> 
     end = last if t1_s is None else first + int(t1_s * 1e9)
     start, end = max(first, min(start, last)), max(first, min(end, last))
     return first, start, end if end > start else last
+
+
+def _seconds(text: str | None) -> float | None:
+    try:
+        return max(0.0, float(text)) if text not in (None, "") else None
+    except ValueError:
+        return None  # a hand-edited URL: show the whole run
+
+
+def run_charts(series: list[Series], t0: str | None, t1: str | None) -> dict[str, Any]:
+    """A run's series drawn over one window (``t0``/``t1``: seconds from the first sample, as the query string
+    gives them), grouped by host; the run page's chart context, empty when the run has no series."""
+    if not series:
+        return {}
+    drawn = [s for s in series if s.name not in HIDDEN]
+    first, start, end = run_window(drawn or series, _seconds(t0), _seconds(t1))
+    by_host: dict[str, list[Chart]] = {}
+    for s in drawn:
+        by_host.setdefault(s.host, []).append(chart(s, start_ns=start, end_ns=end))
+    last = max(s.last_ns or first for s in series)
+    return {
+        "hosts": list(by_host.items()), "hidden": len(series) - len(drawn), "width": WIDTH, "height": HEIGHT,
+        "t0": (start - first) / 1e9, "t1": (end - first) / 1e9, "duration": (last - first) / 1e9,
+        "zoomed": (start, end) != (first, last),
+    }  # fmt: skip

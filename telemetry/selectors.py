@@ -118,7 +118,7 @@ def series_window(
         t, y = _readings(series.kind, chunk)
         low, high = np.searchsorted(t, start, "left"), np.searchsorted(t, end, "right")
         t, y = t[low:high], y[low:high]
-        return _Part(_bucketed(t, y, start=start, width=width), (t, y) if len(t) <= max_points else None)
+        return _Part(bucketed(t, y, start=start, width=width), (t, y) if len(t) <= max_points else None)
 
     decoded = iter(list(_each_chunk(series, part, pks=[m.pk for m in metas if m.pk not in from_stats])))
     parts = []
@@ -161,7 +161,7 @@ def _readings(kind: str, chunk: codec.Decoded) -> tuple[codec.IntArray, codec.Fl
     return chunk.timestamps_ns, chunk.values.astype(np.float64, copy=False)
 
 
-def _bucketed(t: codec.IntArray, y: codec.FloatArray, *, start: int, width: int) -> _Buckets:
+def bucketed(t: codec.IntArray, y: codec.FloatArray, *, start: int, width: int) -> _Buckets:
     ids = (t - start) // width
     return _reduced(ids, y, y)
 

@@ -25,6 +25,16 @@ class Preset:
     needs: list[str]
     campaigns: list[dict[str, Any]]
 
+    def definition(self, part: dict[str, Any], *, name: str) -> dict[str, Any]:
+        """One of its campaigns as a definition called ``name`` (``NAME-SUFFIX`` in a suite), described and in
+        the family every instance of this part shares; nodes and storage are the caller's."""
+        suffix = part.get("suffix", "")
+        data = {"name": f"{name}-{suffix}" if suffix else name}
+        data.update((k, v) for k, v in part.items() if k != "suffix")
+        data.setdefault("description", f"{self.title} (preset {self.slug}; seed {self.seed})")
+        data.setdefault("family", f"{self.slug}-{suffix}" if suffix else self.slug)
+        return data
+
 
 def preset_list() -> list[Preset]:
     return [_load(path) for path in sorted(PRESET_DIR.glob("*.yaml"))]
