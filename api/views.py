@@ -54,6 +54,14 @@ class ScopedMixin:
 class SharedInventoryGuard(ScopedMixin):
     """Shared inventory (no team) is changed by staff in the admin; a team changes its own."""
 
+    def perform_create(self, serializer: Any) -> None:
+        """A new node or storage system goes in the caller's team (``team`` names one when it has several); only
+        a superuser creates shared inventory, as only one may change it."""
+        team = team_for_new(self.scope, self.request.data.get("team"))  # type: ignore[attr-defined]
+        if team is None and not self.request.user.is_superuser:  # type: ignore[attr-defined]
+            raise PermissionDenied("shared inventory is created by staff, in the admin; join a team to add your own")
+        serializer.save(team=team)
+
     def check_object_permissions(self, request: Request, obj: Any) -> None:
         super().check_object_permissions(request, obj)  # type: ignore[misc]
         if request.method not in ("GET", "HEAD", "OPTIONS") and obj.team_id is None and not request.user.is_superuser:

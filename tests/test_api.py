@@ -13,13 +13,13 @@ import yaml
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from accounts.models import TokenScope
-from accounts.services import token_create, token_revoke
+from accounts.models import Team, TokenScope
+from accounts.services import team_add_member, token_create, token_revoke
 from campaigns import baselines
 from campaigns.models import Campaign, CampaignStatus, Result, Run, RunStatus, Verdict
 from campaigns.services import campaign_apply, campaign_finish, campaign_launch
 from campaigns.tasks import verdict_webhook_task
-from inventory.models import Credential, NodeStatus
+from inventory.models import Credential, Node, NodeStatus
 from inventory.services import node_upsert, storage_upsert
 
 SECRET = "-----BEGIN OPENSSH PRIVATE KEY----- not-a-real-key"
@@ -229,6 +229,23 @@ def test_it_leaves_shared_inventory_to_staff(api: APIClient) -> None:
     node = node_upsert(name="shared1", address="10.0.2.1")
     response = api.patch(f"/api/v1/nodes/{node.pk}/", {"status": "retired"}, format="json")
     assert response.status_code == 403 and "staff" in response.json()["message"]
+
+
+@pytest.mark.django_db
+def test_it_never_lets_a_member_create_shared_inventory(
+    api: APIClient, owner: Any, outsider: Any, django_user_model: Any
+) -> None:
+    loner = client_for(django_user_model.objects.create_user("loner"))
+    response = loner.post("/api/v1/nodes/", {"name": "mine", "address": "10.0.4.1"}, format="json")
+    assert response.status_code == 403 and "staff" in response.json()["message"]
+    response = loner.post("/api/v1/storage-systems/", {"name": "nas9", "kind": "nfs"}, format="json")
+    assert response.status_code == 403
+    team_add_member(team=Team.objects.get(name="red"), user=owner)  # now in blue and red: say which
+    response = api.post("/api/v1/nodes/", {"name": "two", "address": "10.0.4.2"}, format="json")
+    assert response.status_code == 400 and "team" in response.json()["extra"]
+    response = api.post("/api/v1/nodes/", {"name": "two", "address": "10.0.4.2", "team": "red"}, format="json")
+    assert response.status_code == 201 and response.json()["team"] == "red"
+    assert not Node.objects.filter(team=None).exists()
 
 
 @pytest.mark.django_db
