@@ -124,6 +124,8 @@ def where(query: QueryDict, errors: list[str]) -> dict[str, str]:
     """``where=model=resnet50`` (repeatable): only points whose parameter has that value."""
     out = {}
     for raw in query.getlist("where"):
+        if not raw.strip():  # the form's empty input for one more filter
+            continue
         name, sep, value = raw.partition("=")
         if not sep or not name.strip():
             errors.append(f"where={raw!r} must be written NAME=VALUE, such as model=resnet50")

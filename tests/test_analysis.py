@@ -296,6 +296,11 @@ def test_it_scales_against_a_matrix_axis_and_filters_points(owner: Any, team: An
     assert [r["efficiency %"] for r in resnet] == pytest.approx([100, 95, 91])  # seed 004: "over 91% efficiency"
     only = json.loads(client.get(f"/analysis/scaling/?campaign={c.pk}&x=gpus&where=model=vgg16&format=json").content)
     assert {r["series"] for r in only["rows"]} == {"roce-vs-tcp · model=vgg16"}
+    # two filters come back as two inputs (plus an empty one), so submitting the form again keeps both
+    page = client.get(f"/analysis/scaling/?campaign={c.pk}&x=gpus&where=model=vgg16&where=gpus=8").content.decode()
+    assert 'name="where" value="model=vgg16"' in page and 'name="where" value="gpus=8"' in page
+    again = client.get(f"/analysis/scaling/?campaign={c.pk}&x=gpus&where=model=vgg16&where=gpus=8&where=&format=json")
+    assert [(r["series"], r["gpus"]) for r in json.loads(again.content)["rows"]] == [("roce-vs-tcp · model=vgg16", 8)]
     page = client.get(f"/analysis/scaling/?campaign={c.pk}&x=model").content.decode()
     assert "Nothing to draw" in page  # model names are not numbers
     page = client.get(f"/analysis/scaling/?campaign={c.pk}&x=node-gpus").content.decode()
