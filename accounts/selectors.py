@@ -39,6 +39,10 @@ class Scope:
             ids = list(self.user.memberships.values_list("team_id", flat=True))
         return Team.objects.get(pk=ids[0]) if len(ids) == 1 else None
 
+    def sees(self, team_id: int | None) -> bool:
+        """Whether an object of this team (None: shared) is visible: the rule ``filter`` applies to querysets."""
+        return self.team_ids is None or team_id is None or team_id in self.team_ids
+
     def filter(self, queryset: QuerySet[M], field: str = "team") -> QuerySet[M]:
         if self.team_ids is None:
             return queryset
@@ -46,9 +50,15 @@ class Scope:
 
 
 def scope_for(request: Any) -> Scope:
-    """The scope of an HTTP request (a DRF request carries its token in ``auth``)."""
+    """The scope of an HTTP request (a DRF request carries its token in ``auth``), built once per request and
+    user: a page lists several team-owned things, each through ``visible``."""
     token = getattr(request, "auth", None)
-    return Scope(user=request.user, token=token if isinstance(token, ApiToken) else None)
+    token = token if isinstance(token, ApiToken) else None
+    scope = getattr(request, "_rackbench_scope", None)
+    if scope is None or scope.user is not request.user or scope.token is not token:
+        scope = Scope(user=request.user, token=token)
+        request._rackbench_scope = scope
+    return scope
 
 
 def visible(queryset: QuerySet[M], *, request: Any, field: str = "team") -> QuerySet[M]:

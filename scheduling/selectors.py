@@ -67,8 +67,9 @@ def _lease_holder(node: Node) -> Campaign | None:
     return lease.campaign if lease is not None else None
 
 
-def campaign_queue(*, campaign: Campaign) -> dict[str, Any] | None:
+def campaign_queue(*, campaign: Campaign, scope: Scope | None = None) -> dict[str, Any] | None:
     """What a running campaign waits for, or None when it waits for nothing (two queries; none unless running).
+    A holder is named when ``scope`` sees it (without a scope: when it is shared or of the campaign's team).
 
     ``waiting``: it is in the queue for its nodes; ``position`` (1 = next) counts the campaigns served before
     it (``campaigns.services.queue_ahead``); ``holders``: who holds the nodes it wants; ``inactive``: its nodes
@@ -85,7 +86,7 @@ def campaign_queue(*, campaign: Campaign) -> dict[str, Any] | None:
     for node in nodes:
         holder = _lease_holder(node)
         if holder is not None and holder.pk != campaign.pk:
-            visible = holder.team_id is None or holder.team_id == campaign.team_id
+            visible = scope.sees(holder.team_id) if scope else holder.team_id in (None, campaign.team_id)
             holders.setdefault(holder.pk, Holder(holder, visible)).nodes.append(node.name)
     return {
         "waiting": True,
@@ -108,10 +109,6 @@ class TimelineRow:
     holder: Holder | None = None
     waiting: list[Holder] = field(default_factory=list)
     firings: list[dict[str, Any]] = field(default_factory=list)
-
-
-def _sees(scope: Scope, team_id: int | None) -> bool:
-    return scope.team_ids is None or team_id is None or team_id in scope.team_ids
 
 
 def _schedule_nodes(schedule: Schedule, nodes: list[Node]) -> list[Node]:
@@ -143,7 +140,7 @@ def timeline(*, scope: Scope, now: datetime | None = None, hours: int = 24) -> l
     for row in rows.values():
         holder = _lease_holder(row.node)
         if holder is not None:
-            row.holder = Holder(holder, _sees(scope, holder.team_id))
+            row.holder = Holder(holder, scope.sees(holder.team_id))
     through = Campaign.reserved_nodes.through.objects
     waits = (
         through.filter(node_id__in=rows, campaign__status=CampaignStatus.RUNNING, campaign__waiting_since__isnull=False)
@@ -151,13 +148,13 @@ def timeline(*, scope: Scope, now: datetime | None = None, hours: int = 24) -> l
         .order_by("campaign__waiting_since", "campaign_id")
     )
     for wait in waits:
-        rows[wait.node_id].waiting.append(Holder(wait.campaign, _sees(scope, wait.campaign.team_id)))
+        rows[wait.node_id].waiting.append(Holder(wait.campaign, scope.sees(wait.campaign.team_id)))
     schedules = Schedule.objects.filter(enabled=True).select_related("campaign")
     for schedule in schedules.prefetch_related("campaign__nodes", "campaign__node_tags"):
         times = next_runs(schedule, after=now, until=until, count=100)
         if not times:
             continue
-        visible = _sees(scope, schedule.campaign.team_id)
+        visible = scope.sees(schedule.campaign.team_id)
         for node in _schedule_nodes(schedule, nodes):
             for at in times:
                 x = round((at - now).total_seconds() / (hours * 3600) * TIMELINE_WIDTH, 1)

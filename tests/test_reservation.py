@@ -13,7 +13,9 @@ from unittest import mock
 import pytest
 from django.db import connection
 from django.template.loader import render_to_string
+from django.test import Client
 
+from accounts.services import team_add_member
 from campaigns import services
 from campaigns.models import Campaign, CampaignStatus, NodeLease, Run, RunStatus
 from campaigns.tasks import campaign_advance_task, reconcile_runs
@@ -84,6 +86,26 @@ def test_waiting_campaigns_are_served_in_launch_order_and_a_later_one_never_over
     assert advance(early) == "started" and held(early) == {"n1", "n2"}
     assert advance(late) == "waiting"
     assert campaign_queue(campaign=fresh(late))["position"] == 1
+
+
+def test_the_campaign_page_names_the_holder_to_whoever_may_see_it(
+    nodes: dict[str, Node], team: Any, owner: Any, outsider: Any
+) -> None:
+    red = outsider.memberships.get().team
+    data = {"kind": "fio", "nodes": ["n1"], "fixed": {"bs": "4k", "size": "16M"}, "matrix": {"rw": ["read"]}}
+    first = services.campaign_launch(campaign=services.campaign_apply(data={**data, "name": "blue-first"}, team=team))
+    assert advance(first) == "started"
+    second = services.campaign_launch(campaign=services.campaign_apply(data={**data, "name": "red-second"}, team=red))
+    assert advance(second) == "waiting"
+
+    def queue_note(user: Any) -> str:
+        client = Client()
+        client.force_login(user)
+        return client.get(f"/campaigns/{second.pk}/").content.decode()
+
+    assert ">blue-first</a>" not in queue_note(outsider)  # red may not see blue's campaign
+    team_add_member(team=red, user=owner)  # a member of both teams sees both
+    assert ">blue-first</a>" in queue_note(owner)
 
 
 def test_the_queue_partial_names_the_holder_and_the_position_in_two_queries(
