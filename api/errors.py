@@ -14,7 +14,6 @@ from django.db.models import ProtectedError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from accounts.services import AccountError
 from campaigns.baselines import BaselineError, NoBaseline
 from campaigns.services import CampaignError
 from campaigns.spec import SpecError
@@ -33,8 +32,6 @@ def service_error(exc: Exception) -> Response | None:
     if isinstance(exc, CampaignError | BaselineError):
         extra = {"field": exc.field} if exc.field else {}
         return error(exc.message, 409 if exc.conflict else 400, **extra)
-    if isinstance(exc, AccountError):
-        return error(exc.message, 400, field=exc.field)
     if isinstance(exc, NoBaseline):
         return error(str(exc), 404, reason="no-baseline")
     if isinstance(exc, DataError):  # a value the database cannot hold (a NUL in a query parameter, ...)

@@ -289,9 +289,6 @@ class CampaignViewSet(ScopedMixin, IdempotentMixin, viewsets.ModelViewSet):
         form = serializers.VerdictRequestSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         options = dict(form.validated_data)
-        if campaign.status not in (CampaignStatus.SUCCEEDED, CampaignStatus.FAILED):
-            raise services.CampaignError(f"campaign {campaign.name} is {campaign.status}: judge it once it has "
-                                         "finished", conflict=True)  # fmt: skip
         other = None
         if "baseline" in options:
             other = self.get_queryset().filter(pk=options.pop("baseline")).first()

@@ -189,8 +189,13 @@ def verdict_compute(
     """Judge ``campaign`` against ``baseline_campaign``, else ``baseline``, else its family's baseline, and store
     the verdict.
 
-    Raises NoBaseline when there is nothing to compare with, verdicts.PolicyError on a bad override.
+    Raises NoBaseline when there is nothing to compare with, verdicts.PolicyError on a bad override, and
+    BaselineError (a conflict) while the campaign has not finished.
     """
+    if campaign.status not in (CampaignStatus.SUCCEEDED, CampaignStatus.FAILED):
+        raise BaselineError(
+            f"campaign {campaign.name} is {campaign.status}: judge it once it has finished", conflict=True
+        )
     policy = policy_for(campaign, overrides)
     if baseline_campaign is None:
         baseline = baseline or baseline_for(campaign=campaign)
