@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from django.conf import settings
 from django.utils import timezone
 
 from campaigns import services
@@ -88,18 +87,6 @@ def main_targets(run: Run) -> list[RunTarget]:
     return [h for h in run_targets(run, started=True) if h.row.command]
 
 
-def _raise_first(results: list[Any]) -> None:
-    """Raise the first failure of a fan-out, permanent ones first (they decide the run's fate)."""
-    errors = [r for r in results if isinstance(r, BaseException)]
-    errors.sort(key=lambda e: getattr(e, "transient", False))
-    if errors:
-        raise errors[0]
-
-
-def _fan_out(items: list[Any], fn: Any) -> list[Any]:
-    return ssh.fan_out(items, fn, workers=settings.RACKBENCH["SSH_FANOUT"])
-
-
 def data_dir_for(run: Run, node_name: str, root: str, mounts: tuple[str, ...] = ()) -> str:
     """Where a host's test data goes: on the campaign's first mount point, else the storage's export path
     (as seen from the node), else under rackbench's directory; always in a directory named after the node.
@@ -145,8 +132,8 @@ def campaign_mounts(run: Run, node_index: int) -> list[MountPlan]:
 def host_jobs(run: Run, benchmark: Benchmark) -> list[HostJob]:
     """Targets, contexts and commands for every host of the run (asks each host for its home directory once)."""
     hosts = run_targets(run)
-    roots = _fan_out([h.target for h in hosts], remote.remote_root)
-    _raise_first(roots)
+    roots = remote.fan_out([h.target for h in hosts], remote.remote_root)
+    ssh.raise_first(roots)
     infos = run_host_infos(run, [h.row.node for h in hosts])
     jobs = []
     for i, (host, root) in enumerate(zip(hosts, roots, strict=True)):
@@ -235,10 +222,12 @@ def start_containers(run: Run, jobs: list[HostJob]) -> dict[str, Any]:
             job.target.check(shlex.join(argv), what=f"starting the {runtime.name} container")
         return "started"
 
-    started = _fan_out(jobs, start)
-    _raise_first(started)
+    started = remote.fan_out(jobs, start)
+    ssh.raise_first(started)
     digest_argv = runtime.digest_argv(spec)
-    digests = _fan_out(jobs, lambda j: j.target.run(shlex.join(digest_argv)).stdout.strip()) if digest_argv else []
+    digests = (
+        remote.fan_out(jobs, lambda j: j.target.run(shlex.join(digest_argv)).stdout.strip()) if digest_argv else []
+    )
     return {
         "runtime": runtime.name,
         "image": spec.image,
@@ -262,7 +251,7 @@ def stop_containers(campaign: Any, nodes: list[Any]) -> list[str]:
         key_dir = f"{remote.remote_root(target)}/keys/{name}"
         target.check(shlex.join(["rm", "-rf", key_dir]), what="removing the container's keys")
 
-    results = _fan_out([remote.node_target(n) for n in nodes], stop)
+    results = remote.fan_out([remote.node_target(n) for n in nodes], stop)
     return [str(r) for r in results if isinstance(r, BaseException)]
 
 
@@ -306,7 +295,7 @@ def run_prepare(run: Run) -> list[HostJob]:
     provenance = dict(run.provenance)
     provenance["mounts"] = mount_storage(run, jobs)  # first: the data directories live on the mounts
     provenance["container"] = start_containers(run, jobs)
-    _raise_first(_fan_out(jobs, _prepare_host))
+    ssh.raise_first(remote.fan_out(jobs, _prepare_host))
     if run.campaign.telemetry:
         provenance["telemetry"] = telemetry.prepare(run, jobs)
     if benchmark.uses_mpi and len(jobs) > 1:
@@ -316,7 +305,7 @@ def run_prepare(run: Run) -> list[HostJob]:
     if options:
         provenance["slurm"] = _prepare_slurm(run, jobs[0], options)
     provenance["hosts"] = dict(
-        zip([j.row.host for j in jobs], _fan_out(jobs, lambda j: _host_info(benchmark, j)), strict=True)
+        zip([j.row.host for j in jobs], remote.fan_out(jobs, lambda j: _host_info(benchmark, j)), strict=True)
     )
     provenance["params"] = run.params
     provenance["flush"] = flush_caches(run, jobs)
@@ -413,7 +402,7 @@ def _mirror_primary_files(jobs: list[HostJob]) -> None:
         job.target.check(shlex.join(["mkdir", "-p", run_dir]), what="creating the MPI working directory")
         job.target.put(files)
 
-    _raise_first(_fan_out(jobs[1:], mirror))
+    ssh.raise_first(remote.fan_out(jobs[1:], mirror))
 
 
 def mpi_reachability(run: Run, jobs: list[HostJob]) -> None:
@@ -426,7 +415,7 @@ def mpi_reachability(run: Run, jobs: list[HostJob]) -> None:
     if result.ok:
         return
     port = options.ssh_port or hosts[0].ssh_port
-    probes = _fan_out(
+    probes = remote.fan_out(
         list(hosts[1:]),
         lambda h: primary.target.run(shlex.join(["ssh", "-p", str(port), "-o", "BatchMode=yes", h.address, "true"])),
     )
@@ -467,8 +456,8 @@ def mount_storage(run: Run, jobs: list[HostJob]) -> dict[str, list[dict[str, str
     plans = {job.row.host: campaign_mounts(run, job.context.index) for job in jobs}
     if not any(plans.values()):
         return {}
-    _raise_first(
-        _fan_out(
+    ssh.raise_first(
+        remote.fan_out(
             jobs,
             lambda j: j.target.check(
                 mount_command(plans[j.row.host], j.target.endpoint.username), what="mounting the storage"
@@ -489,7 +478,7 @@ def unmount_storage(campaign: Any, nodes: list[Any]) -> list[str]:
         plans = plan_mounts(campaign.mounts, storage=campaign.storage, node_index=index)
         target.check(unmount_command(plans, target.endpoint.username), what="unmounting the storage")
 
-    results = _fan_out(list(enumerate(targets)), unmount)
+    results = remote.fan_out(list(enumerate(targets)), unmount)
     return [str(r) for r in results if isinstance(r, BaseException)]
 
 
@@ -510,13 +499,13 @@ def flush_caches(run: Run, jobs: list[HostJob]) -> list[dict[str, Any]]:
             raise ssh.PermanentSSHError(None, f"storage system {campaign.storage.name} has no flush command")
         records.append(_flush(target, command, f"storage {campaign.storage.name}", "flushing the storage caches"))
     if campaign.flush_clients:
-        results = _fan_out(
+        results = remote.fan_out(
             jobs,
             lambda j: _flush(
                 j.target, client_flush_command(j.target.endpoint.username), j.row.host, "flushing the page cache"
             ),
         )
-        _raise_first(results)
+        ssh.raise_first(results)
         records += results
     return records
 
@@ -546,14 +535,14 @@ def run_submit(jobs: list[HostJob]) -> None:
     services = [j for j in jobs if j.service]
     mains = [j for j in jobs if j.main]
     try:
-        _raise_first(_fan_out(services, lambda j: remote.job_submit(j.target, j.service_dir)))
-        _raise_first(_fan_out(services, _wait_ready))
+        ssh.raise_first(remote.fan_out(services, lambda j: remote.job_submit(j.target, j.service_dir)))
+        ssh.raise_first(remote.fan_out(services, _wait_ready))
         telemetry.start(jobs)
-        _raise_first(_fan_out(mains, lambda j: remote.job_submit(j.target, j.context.run_dir)))
+        ssh.raise_first(remote.fan_out(mains, lambda j: remote.job_submit(j.target, j.context.run_dir)))
     except Exception:
-        _fan_out(mains, lambda j: remote.job_kill(j.target, j.context.run_dir))
-        _fan_out(services, lambda j: remote.job_kill(j.target, j.service_dir))
-        _fan_out([j for j in jobs if j.telemetry_dir], lambda j: remote.job_kill(j.target, j.telemetry_dir))
+        remote.fan_out(mains, lambda j: remote.job_kill(j.target, j.context.run_dir))
+        remote.fan_out(services, lambda j: remote.job_kill(j.target, j.service_dir))
+        remote.fan_out([j for j in jobs if j.telemetry_dir], lambda j: remote.job_kill(j.target, j.telemetry_dir))
         raise
 
 
@@ -591,8 +580,8 @@ def run_poll(run: Run) -> PollOutcome:
         state = slurm.job_state(login, job_id, host.row.remote_dir)
         return PollOutcome(finished=state.finished, vanished=[])
     hosts = main_targets(run)
-    states = _fan_out(hosts, lambda h: remote.job_state(h.target, h.row.remote_dir))
-    _raise_first(states)
+    states = remote.fan_out(hosts, lambda h: remote.job_state(h.target, h.row.remote_dir))
+    ssh.raise_first(states)
     for host, state in zip(hosts, states, strict=True):
         if state.pid and host.row.pid != state.pid:
             RunHost.objects.filter(pk=host.row.pk).update(pid=state.pid)
@@ -663,8 +652,8 @@ def run_collect(run: Run) -> tuple[str, str]:
         outputs: list[Any] = [_slurm_outcome(run, login)]
         hosts = hosts[:1]
     else:
-        outputs = _fan_out(hosts, _host_outcome)
-    _raise_first(outputs)
+        outputs = remote.fan_out(hosts, _host_outcome)
+    ssh.raise_first(outputs)
     errors: list[str] = []
     per_host: list[Metric] = []
     logs: dict[str, str] = {}
@@ -701,8 +690,8 @@ def stop_services(run: Run) -> None:
     hosts = [h for h in run_targets(run, started=True) if h.row.service_command]
     if not hosts:
         return
-    _fan_out(hosts, lambda h: remote.job_kill(h.target, f"{h.row.remote_dir}/{SERVICE_DIR}", grace=1.0))
-    outputs = _fan_out(hosts, lambda h: remote.job_output(h.target, f"{h.row.remote_dir}/{SERVICE_DIR}"))
+    remote.fan_out(hosts, lambda h: remote.job_kill(h.target, f"{h.row.remote_dir}/{SERVICE_DIR}", grace=1.0))
+    outputs = remote.fan_out(hosts, lambda h: remote.job_output(h.target, f"{h.row.remote_dir}/{SERVICE_DIR}"))
     kept = {
         h.row.host: {"command": h.row.service_command, "stdout_tail": o[0][-TAIL:], "stderr_tail": o[1][-TAIL:]}
         for h, o in zip(hosts, outputs, strict=True)
@@ -740,14 +729,14 @@ def run_kill(run: Run) -> None:
         (h.target, f"{h.row.remote_dir}/{SERVICE_DIR}") for h in run_targets(run, started=True) if h.row.service_command
     ]
     jobs += telemetry.kill_jobs(run, run_targets(run, started=True))
-    _raise_first(_fan_out(jobs, lambda job: remote.job_kill(*job)))
+    ssh.raise_first(remote.fan_out(jobs, lambda job: remote.job_kill(*job)))
 
 
 def run_keep_output(run: Run) -> None:
     """Store what a stopped run printed and sampled (best effort: a host that cannot be reached keeps nothing)."""
     hosts = main_targets(run)
     login = slurm_login(run)
-    outputs = _fan_out(hosts, lambda h: remote.job_output(login or h.target, h.row.remote_dir))
+    outputs = remote.fan_out(hosts, lambda h: remote.job_output(login or h.target, h.row.remote_dir))
     kept = [(h.row, o) for h, o in zip(hosts, outputs, strict=True) if not isinstance(o, BaseException)]
     for row, (stdout, stderr) in kept:
         RunHost.objects.filter(pk=row.pk).update(stdout=stdout, stderr=stderr)

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import shlex
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import paramiko
 from django.conf import settings
@@ -228,3 +230,8 @@ def job_output(target: Target, job_dir: str) -> tuple[str, str]:
     stdout = target.get(f"{job_dir}/stdout") or b""
     stderr = target.get(f"{job_dir}/stderr") or b""
     return stdout.decode(errors="replace"), stderr.decode(errors="replace")
+
+
+def fan_out(items: list[Any], fn: Callable[[Any], Any]) -> list[Any]:
+    """``ssh.fan_out`` bounded by RACKBENCH_SSH_FANOUT: how every step of a run reaches its hosts."""
+    return ssh.fan_out(items, fn, workers=settings.RACKBENCH["SSH_FANOUT"])

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import paramiko
 
@@ -342,6 +342,14 @@ def fan_out(items: Iterable[T], fn: Callable[[T], R], *, workers: int = 64) -> l
         return [_capture(fn, items[0])]
     with ThreadPoolExecutor(max_workers=min(workers, len(items)), thread_name_prefix="ssh") as pool:
         return list(pool.map(lambda item: _capture(fn, item), items))
+
+
+def raise_first(results: list[Any]) -> None:
+    """Raise the first failure of a fan-out, permanent ones first (they decide the run's fate)."""
+    errors = [r for r in results if isinstance(r, BaseException)]
+    errors.sort(key=lambda e: getattr(e, "transient", False))
+    if errors:
+        raise errors[0]
 
 
 def _capture(fn: Callable[[T], R], item: T) -> R | BaseException:

@@ -48,7 +48,7 @@ from runners import remote, ssh
 from runners.benchmarks.base import ParamError
 from runners.tools import isi_statistics
 from runners.tools import sampler as tool
-from telemetry.models import Series, SeriesKind, SeriesSource
+from telemetry.models import DETAIL_SERIES, Series, SeriesKind, SeriesSource
 from telemetry.services import CHUNK_SAMPLES, run_telemetry_summarize, series_append
 
 if TYPE_CHECKING:
@@ -73,7 +73,6 @@ READY_TIMEOUT = 10.0  # seconds for a sampler to take its first samples
 STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL: the sampler flushes its last frames
 FETCH_WINDOW = 4  # hosts whose files are held in memory at once
 BATCH_ROWS = 16 * CHUNK_SAMPLES  # rows per series_append: whole chunks
-UNSUMMARISED = ("cpu.core_util",)
 
 
 # --- settings -------------------------------------------------------------------------------------------------
@@ -240,16 +239,16 @@ def prepare(run: Run, jobs: list[HostJob]) -> dict[str, Any]:
         job.telemetry_dir = directory
         return {"command": f"cd {shlex.quote(directory)} && {shlex.join(argv)}", "sources": json.loads(probe.stdout)}
 
-    results = ssh.fan_out(jobs, prepare_host, workers=settings.RACKBENCH["SSH_FANOUT"])
-    _raise_first(results)
+    results = remote.fan_out(jobs, prepare_host)
+    ssh.raise_first(results)
     return {**outcome, "hosts": {j.row.host: r for j, r in zip(jobs, results, strict=True)}}
 
 
 def start(jobs: list[HostJob]) -> None:
     """Start the samplers and wait until each has taken its first samples (then the main commands may start)."""
     samplers = [j for j in jobs if j.telemetry_dir]
-    _raise_first(ssh.fan_out(samplers, lambda j: remote.job_submit(j.target, j.telemetry_dir)))
-    _raise_first(ssh.fan_out(samplers, _wait_ready))
+    ssh.raise_first(remote.fan_out(samplers, lambda j: remote.job_submit(j.target, j.telemetry_dir)))
+    ssh.raise_first(remote.fan_out(samplers, _wait_ready))
     if jobs:
         storage_start(jobs[0].row.run)  # the rows came from run.hosts: their run is loaded already
 
@@ -273,7 +272,7 @@ def stop(run: Run, hosts: list[RunTarget]) -> None:
     """SIGTERM every sampler of the run (each flushes its files) and the storage statistics loop, SIGKILL what is
     left after a grace period."""
     jobs = kill_jobs(run, hosts)
-    ssh.fan_out(jobs, lambda job: remote.job_kill(*job, grace=STOP_GRACE))
+    remote.fan_out(jobs, lambda job: remote.job_kill(*job, grace=STOP_GRACE))
 
 
 def kill_jobs(run: Run, hosts: list[RunTarget]) -> list[tuple[remote.Target, str]]:
@@ -422,7 +421,7 @@ def collect(run: Run, hosts: list[RunTarget]) -> dict[str, Any]:
     if storage is not None:
         outcome["storage"] = storage_collect(run, storage)
         warnings += [f"storage: {e}" for e in outcome["storage"].get("errors", [])]
-    run_telemetry_summarize(run=run, skip=UNSUMMARISED)
+    run_telemetry_summarize(run=run, skip=DETAIL_SERIES)
     provenance = dict(Run.objects.values_list("provenance", flat=True).get(pk=run.pk))
     telemetry = dict(provenance.get("telemetry", {}))
     kept = [w for w in telemetry.get("warnings", []) if not w.startswith("storage: ")]
@@ -543,10 +542,3 @@ def _store(run: Run, host: str, stream: _Stream, end_ns: int | None, totals: dic
             precision=column.get("precision"),
         )
         totals["samples"] += int(present.sum())
-
-
-def _raise_first(results: list[Any]) -> None:
-    errors = [r for r in results if isinstance(r, BaseException)]
-    errors.sort(key=lambda e: getattr(e, "transient", False))
-    if errors:
-        raise errors[0]

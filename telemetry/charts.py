@@ -13,12 +13,11 @@ from typing import Any
 import numpy as np
 
 from telemetry import codec
-from telemetry.models import Series
+from telemetry.models import DETAIL_SERIES, Series
 from telemetry.selectors import SeriesWindow, bucketed, series_window
 
 WIDTH, HEIGHT = 600, 90
 POINTS = 300  # buckets per chart: about two pixels each
-HIDDEN = frozenset({"cpu.core_util"})  # stored for analysis; one chart per core would bury the rest
 
 
 @dataclass(frozen=True)
@@ -103,7 +102,7 @@ def run_charts(series: list[Series], t0: str | None, t1: str | None) -> dict[str
     gives them), grouped by host; the run page's chart context, empty when the run has no series."""
     if not series:
         return {}
-    drawn = [s for s in series if s.name not in HIDDEN]
+    drawn = [s for s in series if s.name not in DETAIL_SERIES]
     first, start, end = run_window(drawn or series, _seconds(t0), _seconds(t1))
     by_host: dict[str, list[Chart]] = {}
     for s in drawn:

@@ -25,10 +25,14 @@ def labels_key(labels: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(labels, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+# Series kept for analysis only: neither summarised into results nor drawn (a chart per core would bury the rest).
+DETAIL_SERIES = frozenset({"cpu.core_util"})
+
+
 class SeriesSource(models.TextChoices):
     SAMPLER = "sampler"  # rackbench's sampler on a host of the run (runners/tools/sampler.py)
     PROMETHEUS = "prometheus"  # pulled from Prometheus after the run (telemetry.prometheus)
-    STORAGE = "storage"  # the storage system's statistics command (runners/storage_stats.py)
+    STORAGE = "storage"  # the storage's statistics command (runners/telemetry.py, runners/tools/isi_statistics.py)
 
 
 class Series(models.Model):

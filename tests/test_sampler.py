@@ -28,7 +28,7 @@ from runners import telemetry
 from runners.benchmarks.base import ParamError
 from runners.tools import sampler as tool
 from telemetry import codec
-from telemetry.models import Chunk, Series, SeriesKind
+from telemetry.models import DETAIL_SERIES, Chunk, Series, SeriesKind
 from telemetry.services import run_telemetry_summarize
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -475,7 +475,7 @@ def test_a_real_sampler_file_is_stored_and_summarised(run: Run, tmp_path: Path) 
     blobs = [(tmp_path / name).read_bytes() for name in ("slow.rbs", "fast.rbs")]
 
     stored = telemetry.ingest(run=run, host="n1", blobs=blobs)
-    run_telemetry_summarize(run=run, skip=telemetry.UNSUMMARISED)
+    run_telemetry_summarize(run=run, skip=DETAIL_SERIES)
 
     names = set(Series.objects.filter(run=run).values_list("name", flat=True))
     assert {"cpu.util", "cpu.busiest_util", "cpu.core_util", "net.rx_bytes", "net.tx_bytes"} <= names
