@@ -15,6 +15,7 @@ from django.urls import reverse
 from accounts.services import team_create
 from inventory.models import Node, NodeStatus
 from inventory.services import node_upsert, storage_upsert
+from inventory.tasks import collect_facts_task
 
 LIST = reverse("inventory:node-list")
 
@@ -113,12 +114,17 @@ def test_it_shows_a_node_with_its_facts_and_404s_another_team(
 
 
 @pytest.mark.django_db
-def test_a_team_admin_collects_the_facts_of_a_team_node(owner: Any, nodes: dict[str, Node]) -> None:
+def test_a_team_admin_collects_the_facts_of_a_team_node(
+    owner: Any, nodes: dict[str, Node], django_capture_on_commit_callbacks: Any
+) -> None:
     node = nodes["dgx-a"]
     client = signed_in(owner)
     assert "Collect facts</button>" in client.get(reverse("inventory:node-detail", args=[node.pk])).content.decode()
-    response = client.post(reverse("inventory:node-collect-facts", args=[node.pk]))
+    with django_capture_on_commit_callbacks() as queued:
+        response = client.post(reverse("inventory:node-collect-facts", args=[node.pk]))
     assert response.status_code == 302
+    # the task is queued once the request's transaction commits, for this node
+    assert [(c.func, c.args) for c in queued] == [(collect_facts_task.delay, (node.pk,))]
     assert [str(m) for m in get_messages(response.wsgi_request)] == [
         "Collecting the facts of dgx-a: reload this page in a few seconds."
     ]
