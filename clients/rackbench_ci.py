@@ -196,7 +196,7 @@ def _excerpt(payload: bytes, limit: int = 200) -> str:
 
 @dataclass
 class Tracked:
-    """What the client knows about one campaign; ``phase`` goes running -> judging (verdict not final) -> done."""
+    """What the client knows about one campaign; ``phase`` goes running -> done."""
 
     campaign: dict[str, Any]
     phase: str = "running"
@@ -314,42 +314,42 @@ def launch(api: Api, t: Tracked, key: str) -> None:
 
 
 def step(api: Api, t: Tracked, policy: Policy, console: Console) -> None:
-    """One poll of a campaign that is not done: its status, then its verdict once it has ended."""
+    """One poll of a campaign that is not done: its status, then its verdict once it has ended.
+
+    The server judges a campaign as it ends (re-running suspected regressions first, while it still reads
+    "running"), so a succeeded campaign's verdict is final.
+    """
     cid = t.campaign["id"]
     t.campaign = _campaign_json(api.call("GET", f"/api/v1/campaigns/{cid}/"), f"GET /api/v1/campaigns/{cid}/")
     _show_progress(t, console)
     status = t.campaign.get("status")
-    if t.phase == "running":
-        if status == "succeeded":
-            _request_verdict(api, t, policy)
-        elif status in CAMPAIGN_TERMINAL:
-            t.fail(f"campaign {status}: {_runs(t.campaign)}", f"campaign-{status}")
-        return
-    where = f"GET /api/v1/campaigns/{cid}/verdict/"
-    verdict = _verdict_json(api.call("GET", f"/api/v1/campaigns/{cid}/verdict/"), where)
-    if verdict.get("final", True):
-        t.verdict = verdict
-        t.finish()
-    elif status in ("failed", "cancelled"):
-        t.fail(f"campaign {status} while a suspected regression was re-run: {_runs(t.campaign)}", f"campaign-{status}")
+    if status == "succeeded":
+        _verdict(api, t, policy)
+    elif status in CAMPAIGN_TERMINAL:
+        t.fail(f"campaign {status}: {_runs(t.campaign)}", f"campaign-{status}")
 
 
-def _request_verdict(api: Api, t: Tracked, policy: Policy) -> None:
-    cid = t.campaign["id"]
+def _verdict(api: Api, t: Tracked, policy: Policy) -> None:
+    """The verdict the server stored when the campaign ended; a fresh one only when this pipeline asks for other
+    options (``--baseline``, ``--threshold``, ``--alpha``) or none was stored (the family had no baseline)."""
+    path = f"/api/v1/campaigns/{t.campaign['id']}/verdict/"
+    options = policy.verdict_request()
     try:
-        verdict = api.call("POST", f"/api/v1/campaigns/{cid}/verdict/", policy.verdict_request())
+        verdict = api.call("GET", path) if not options else None
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        verdict = None
+    try:
+        verdict = verdict if verdict is not None else api.call("POST", path, options)
     except ApiError as exc:
         if exc.status == 404 and exc.extra.get("reason") == "no-baseline":
             t.no_baseline = exc.message
             t.finish()
             return
         raise
-    t.verdict = _verdict_json(verdict, f"POST /api/v1/campaigns/{cid}/verdict/")
-    if verdict.get("final", True):
-        t.finish()
-    else:
-        # The server re-runs a suspected regression: the campaign may run again before the verdict is final.
-        t.phase = "judging"
+    t.verdict = _verdict_json(verdict, path)
+    t.finish()
 
 
 def _verdict_json(data: Any, where: str) -> dict[str, Any]:
@@ -396,8 +396,7 @@ def follow(
         left = deadline - time.monotonic()
         if left <= 0:
             for t in pending:
-                what = "its verdict to be final" if t.phase == "judging" else "it to end"
-                t.fail(f"timed out after {_duration_text(timeout_s)} waiting for {what}", "timeout")
+                t.fail(f"timed out after {_duration_text(timeout_s)} waiting for it to end", "timeout")
                 console.error(f"{t.name}: {t.error}")
             return
         time.sleep(min(poll_s, left))
