@@ -200,10 +200,13 @@ def compare(*, sets: list[tuple[str, Campaign, list[int] | None]], policy: Any =
     by_point = all(runs is None for _, _, runs in sets)
     columns: list[dict[str, Any]] = []
     tables: list[dict[tuple[str, str], Any]] = []
+    # Whole campaigns are read together, in one pass; chosen runs or points set by set.
+    together = baselines.campaigns_point_values(campaigns=[c for _, c, _ in sets]) if by_point else {}
     for label, campaign, runs in sets:
         columns.append({"label": label, "campaign": campaign.pk, "campaign_name": campaign.name, "runs": runs})
         table: dict[tuple[str, str], baselines.Series] = {}
-        for key, series in baselines.point_values(campaign=campaign, runs=runs).items():
+        values = together.get(campaign.pk, {}) if by_point else baselines.point_values(campaign=campaign, runs=runs)
+        for key, series in values.items():
             cell = (key.params if by_point else "", key.metric)
             if cell in table:  # several points folded into one column: pool their repetitions
                 table[cell].values.extend(series.values)
