@@ -722,7 +722,7 @@ def run_kill(run: Run) -> None:
         for host in main_targets(run)[:1]:  # not submitted yet when the run has no main command recorded
             job_id = host.row.slurm_job_id or slurm.recorded_job_id(login, host.row.remote_dir)
             if job_id:
-                slurm.cancel(login, job_id)
+                slurm.cancel(login, job_id, host.row.remote_dir)
         return
     jobs = [(h.target, h.row.remote_dir) for h in run_targets(run, started=True) if h.row.command]
     jobs += [

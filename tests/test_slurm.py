@@ -364,6 +364,27 @@ def test_it_submits_once_and_tells_a_refusal_from_a_controller_that_does_not_ans
         slurm.submit(ReplayedLogin({line: down}), RUN_DIR)  # type: ignore[arg-type]
 
 
+def test_a_refused_scancel_is_judged_by_the_jobs_own_state() -> None:
+    """scancel's words are not parsed (only a controller that does not answer is recognised): sacct/squeue, as
+    real Slurm answered them, say whether the job has ended anyway."""
+    refused = Answer("", "", 1)
+    (down,) = [a for _, _, a in read_transcript("transcript-22.05-controller-down.txt")]
+    for label, raises in (("completed", None), ("running", ssh.PermanentSSHError)):
+        job_id, answers = polls("transcript-22.05.txt")[label]
+        login = ReplayedLogin({shlex.join(slurm.scancel_argv(job_id)): refused, **answers})
+        if raises is None:
+            slurm.cancel(login, job_id, RUN_DIR)  # type: ignore[arg-type]
+        else:
+            with pytest.raises(raises, match=f"cancelling Slurm job {job_id}"):
+                slurm.cancel(login, job_id, RUN_DIR)  # type: ignore[arg-type]
+    login = ReplayedLogin({shlex.join(slurm.scancel_argv("38")): down})
+    with pytest.raises(ssh.TransientSSHError, match="Unable to contact slurm controller"):
+        slurm.cancel(login, "38", RUN_DIR)  # type: ignore[arg-type]
+    ok = ReplayedLogin({shlex.join(slurm.scancel_argv("38")): Answer("", "", 0)})
+    slurm.cancel(ok, "38", RUN_DIR)  # type: ignore[arg-type]
+    assert ok.commands == ["scancel 38"]
+
+
 # --- campaigns ----------------------------------------------------------------------------------------------
 
 LAUNCHER = {

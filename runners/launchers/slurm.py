@@ -378,6 +378,14 @@ def _exit_code_file(target: remote.Target, run_dir: str) -> int | None:
     return int(data) if data.lstrip("-").isdigit() else None
 
 
-def cancel(target: remote.Target, job_id: str) -> None:
-    """scancel the job; a job that has already ended is not an error."""
-    target.run(shlex.join(scancel_argv(job_id)))
+def cancel(target: remote.Target, job_id: str, run_dir: str) -> None:
+    """scancel the job. When scancel refuses, Slurm's own state of the job decides: one that has ended is not an
+    error; a controller that does not answer is transient (retried); any other refusal is permanent."""
+    result = target.run(shlex.join(scancel_argv(job_id)))
+    if result.ok:
+        return
+    detail = (result.stderr or result.stdout).strip()[-500:]
+    if not BUSY.search(detail) and job_state(target, job_id, run_dir).finished:
+        return
+    error = ssh.TransientSSHError if BUSY.search(detail) else ssh.PermanentSSHError
+    raise error(target.endpoint, f"cancelling Slurm job {job_id} (scancel) failed (exit {result.exit_code}): {detail}")
