@@ -128,11 +128,21 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None, team: Team | None
     return campaign
 
 
-def select_nodes(explicit: list[Node], tags: list[Tag], team: Team | None) -> list[Node]:
-    """The named nodes plus every active node of the team with one of the tags, in name order (runs use it)."""
+def select_nodes(
+    explicit: list[Node], tags: list[Tag], team: Team | None, *, among: Iterable[Node] | None = None
+) -> list[Node]:
+    """The named nodes plus every active node of the team (or shared) with one of the tags, in name order (runs
+    use it). The tagged nodes are picked from ``among`` when given: nodes loaded with their tags
+    (``prefetch_related("tags")``), so that a page resolves many campaigns over one list of nodes without a query
+    each (the timeline); else from the inventory. The rule is stated once, here, for both."""
+    tag_ids = {t.pk for t in tags}
+    if among is None:
+        among = Node.objects.filter(tags__in=tag_ids).distinct().prefetch_related("tags") if tag_ids else []
+    teams = {None, team.pk if team else None}  # as in_team
     nodes = {n.pk: n for n in explicit}
-    for node in in_team(Node.objects.filter(tags__in=tags, status=NodeStatus.ACTIVE), team).distinct():
-        nodes.setdefault(node.pk, node)
+    for node in among:
+        if node.status == NodeStatus.ACTIVE and node.team_id in teams and tag_ids & {t.pk for t in node.tags.all()}:
+            nodes.setdefault(node.pk, node)
     return sorted(nodes.values(), key=lambda n: n.name)
 
 

@@ -59,7 +59,8 @@ class Firing(models.Model):
     """One time a schedule fired: the campaign it launched, or why it could not."""
 
     schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="firings")
-    # One firing per schedule and minute: a task delivered twice launches once.
+    # One firing per schedule and occurrence (scheduling.services.occurrence): a task delivered twice, or late,
+    # launches once.
     due_at = models.DateTimeField(help_text="the minute it was due")
     fired_at = models.DateTimeField(auto_now_add=True)
     campaign = models.ForeignKey(

@@ -91,6 +91,24 @@ def next_times(
     return found
 
 
+def last_time(expression: str, *, at: datetime, tz: tzinfo) -> datetime | None:
+    """The latest time (aware, in ``tz``) at or before ``at`` that the expression fires, or None when it did not
+    fire in the HORIZON_DAYS days before. Walks back day by day, as ``next_times`` walks forward."""
+    cron = parse(expression)
+    slots = [time(h, m) for h in cron.hour for m in cron.minute]
+    day = at.astimezone(tz).date()
+    for _ in range(HORIZON_DAYS):
+        if _day_matches(cron, day):
+            # Compared as instants (aware datetimes of one tzinfo compare by wall time): on a day whose clocks
+            # go forward, a time in the skipped hour reads with the offset before the change, after later ones.
+            times = (datetime.combine(day, slot, tzinfo=tz) for slot in slots)
+            fired = [t for t in times if t.timestamp() <= at.timestamp()]
+            if fired:
+                return max(fired, key=lambda t: t.timestamp())
+        day -= timedelta(days=1)
+    return None
+
+
 def describe(kind: str, expression: str) -> str:
     """'nightly at 02:30', 'weekly on Monday at 02:30' or 'cron 0 */6 * * *'."""
     fields = expression.split()

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from accounts.selectors import Scope
 from campaigns.models import Campaign, CampaignStatus
-from campaigns.services import queue_ahead
+from campaigns.services import queue_ahead, select_nodes
 from inventory.models import Node, NodeStatus
 from scheduling import recurrence
 from scheduling.models import Firing, Schedule, ScheduleKind
@@ -111,22 +111,12 @@ class TimelineRow:
     firings: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _schedule_nodes(schedule: Schedule, nodes: list[Node]) -> list[Node]:
-    """Which of ``nodes`` a firing of the schedule would use: those its campaign names, and the active ones of its
-    team (or shared) carrying one of its tags, as ``campaigns.services.select_nodes`` resolves them."""
+def _schedule_node_ids(schedule: Schedule, nodes: list[Node]) -> list[int]:
+    """The nodes a firing of the schedule would use, by ``campaigns.services.select_nodes`` (the rule a launch
+    follows), its tagged ones picked from ``nodes`` (loaded with their tags): no query."""
     campaign = schedule.campaign
-    named = {n.pk for n in campaign.nodes.all()}
-    tags = {t.pk for t in campaign.node_tags.all()}
-    return [
-        n
-        for n in nodes
-        if n.pk in named
-        or (
-            n.status == NodeStatus.ACTIVE
-            and n.team_id in (None, campaign.team_id)
-            and tags & {t.pk for t in n.tags.all()}
-        )
-    ]
+    named, tags = list(campaign.nodes.all()), list(campaign.node_tags.all())
+    return [n.pk for n in select_nodes(named, tags, campaign.team, among=nodes)]
 
 
 def timeline(*, scope: Scope, now: datetime | None = None, hours: int = 24) -> list[TimelineRow]:
@@ -149,16 +139,18 @@ def timeline(*, scope: Scope, now: datetime | None = None, hours: int = 24) -> l
     )
     for wait in waits:
         rows[wait.node_id].waiting.append(Holder(wait.campaign, scope.sees(wait.campaign.team_id)))
-    schedules = Schedule.objects.filter(enabled=True).select_related("campaign")
+    schedules = Schedule.objects.filter(enabled=True).select_related("campaign__team")
     for schedule in schedules.prefetch_related("campaign__nodes", "campaign__node_tags"):
         times = next_runs(schedule, after=now, until=until, count=100)
         if not times:
             continue
         visible = scope.sees(schedule.campaign.team_id)
-        for node in _schedule_nodes(schedule, nodes):
+        for node_id in _schedule_node_ids(schedule, nodes):
+            if node_id not in rows:
+                continue  # a node the scope does not see
             for at in times:
                 x = round((at - now).total_seconds() / (hours * 3600) * TIMELINE_WIDTH, 1)
-                rows[node.pk].firings.append({"at": at, "schedule": schedule, "visible": visible, "x": x})
+                rows[node_id].firings.append({"at": at, "schedule": schedule, "visible": visible, "x": x})
     for row in rows.values():
         row.firings.sort(key=lambda f: f["at"])
     return list(rows.values())

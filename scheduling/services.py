@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -25,6 +25,9 @@ from scheduling.models import Firing, Schedule, ScheduleKind
 
 log = logging.getLogger(__name__)
 FIRE_TASK = "scheduling.tasks.schedule_fire_task"
+# Beat and a worker on another machine may disagree a little about the time: a delivery this much before an
+# occurrence belongs to it, not to the one before (which has fired already: the delivery would be dropped).
+CLOCK_SKEW = timedelta(seconds=5)
 
 
 class ScheduleError(ValueError):
@@ -159,12 +162,26 @@ def _beat_entry_delete(schedule_id: int) -> None:
             clocked.delete()
 
 
+def occurrence(schedule: Schedule, *, at: datetime) -> datetime:
+    """The occurrence a delivery of the schedule's task at ``at`` belongs to, to the minute: a one-off's time, or
+    the latest time its recurrence fires at or before ``at`` (in the display time zone, as beat fires it). A
+    delivery so late that a later occurrence is due belongs to that one; a recurrence that never fired before
+    ``at`` gives ``at``'s own minute."""
+    if schedule.kind == ScheduleKind.ONCE:
+        due = schedule.run_at or at
+    else:
+        due = recurrence.last_time(schedule.cron, at=at + CLOCK_SKEW, tz=display_tz()) or at
+    return due.replace(second=0, microsecond=0)
+
+
 def schedule_fire(*, schedule_id: int, at: datetime | None = None) -> Firing | None:
-    """Fire a schedule: clone its campaign as ``<name>-YYYYMMDD-HHMM`` and launch the clone.
+    """Fire a schedule delivered at ``at`` (now): clone its campaign as ``<name>-YYYYMMDD-HHMM``, named after the
+    occurrence the delivery belongs to (``occurrence``), and launch the clone.
 
     Every firing is recorded, with the launched campaign or with the reason it failed (a node in
     maintenance, a name taken, an invalid definition, anything else). Returns None, and does nothing, when the
-    schedule is gone (its beat entry is removed then), disabled, or already fired this minute.
+    schedule is gone (its beat entry is removed then), disabled, or already fired for that occurrence: beat
+    sends the task when it is due, but a worker may run it minutes later, or twice.
     """
     at = at or timezone.now()
     schedule = Schedule.objects.select_related("campaign", "created_by").filter(pk=schedule_id).first()
@@ -173,16 +190,17 @@ def schedule_fire(*, schedule_id: int, at: datetime | None = None) -> Firing | N
         return None
     if not schedule.enabled:
         return None
+    due = occurrence(schedule, at=at)
     with transaction.atomic():  # readers see a firing only with its outcome
         try:
             with transaction.atomic():
-                firing = Firing.objects.create(schedule=schedule, due_at=at.replace(second=0, microsecond=0))
+                firing = Firing.objects.create(schedule=schedule, due_at=due)
         except IntegrityError:
             return None
         try:
             with transaction.atomic():
                 owner = schedule.created_by or schedule.campaign.owner
-                name = clone_name(schedule.campaign, at)
+                name = clone_name(schedule.campaign, due)
                 clone = campaign_clone(campaign=schedule.campaign, name=name, owner=owner)
                 firing.campaign = campaign_launch(campaign=clone, user=owner)
         except (SpecError, CampaignError) as exc:

@@ -93,14 +93,15 @@ def test_a_disabled_or_fired_schedule_has_no_next_run(template: Campaign) -> Non
 # --- firing -------------------------------------------------------------------------------------------
 
 
-def test_a_one_off_firing_launches_a_clone_named_after_the_minute(template: Campaign, owner: Any) -> None:
-    schedule = services.schedule_create(campaign=template, kind="once", run_at=later(minutes=5), user=owner)
+def test_a_one_off_firing_launches_a_clone_named_after_its_minute(template: Campaign, owner: Any) -> None:
+    run_at = later(minutes=5)
+    schedule = services.schedule_create(campaign=template, kind="once", run_at=run_at, user=owner)
 
     assert schedule_fire_task(schedule.pk).startswith("launched nightly-fio-")
 
     firing = Firing.objects.get()
-    stamp = timezone.localtime(firing.fired_at).strftime("%Y%m%d-%H%M")
-    assert firing.ok and firing.campaign.name == f"nightly-fio-{stamp}"
+    assert firing.ok and firing.campaign.name == f"nightly-fio-{timezone.localtime(run_at):%Y%m%d-%H%M}"
+    assert firing.due_at == run_at.replace(second=0, microsecond=0)
     assert firing.campaign.status == CampaignStatus.RUNNING and firing.campaign.team == template.team
     assert firing.campaign.owner == owner and firing.campaign.family_name == "nightly-fio"
     assert Campaign.objects.get(pk=template.pk).status == CampaignStatus.DRAFT  # the template stays a template
@@ -117,6 +118,55 @@ def test_a_second_delivery_in_the_same_minute_launches_nothing_more(template: Ca
 
     assert first is not None and first.ok and again is None
     assert Campaign.objects.count() == 2
+
+
+def fire(schedule: Schedule, at: datetime) -> str | None:
+    """The name of the clone a delivery of the schedule's task at ``at`` launched; None when it launched none."""
+    firing = services.schedule_fire(schedule_id=schedule.pk, at=at)
+    return firing.campaign.name if firing is not None and firing.campaign else None
+
+
+def test_a_late_delivery_of_an_occurrence_launches_no_second_clone(template: Campaign) -> None:
+    schedule = services.schedule_create(campaign=template, kind="nightly", at=time(2, 0))
+
+    on_time = fire(schedule, datetime(2026, 3, 11, 2, 0, 0, 40_000, tzinfo=UTC))
+    late = fire(schedule, datetime(2026, 3, 11, 2, 2, 7, tzinfo=UTC))  # a worker down, then redelivered
+
+    assert on_time == "nightly-fio-20260311-0200" and late is None
+    assert list(Firing.objects.values_list("due_at", flat=True)) == [datetime(2026, 3, 11, 2, 0, tzinfo=UTC)]
+    assert Campaign.objects.count() == 2
+
+
+def test_a_delivery_once_the_next_occurrence_is_due_is_that_occurrences_firing(template: Campaign) -> None:
+    schedule = services.schedule_create(campaign=template, kind="cron", cron="*/5 * * * *")
+
+    first = fire(schedule, datetime(2026, 3, 11, 3, 0, 1, tzinfo=UTC))
+    # a backlog: a redelivery of 03:00 runs once 03:05 is due, then 03:05's own delivery
+    very_late = fire(schedule, datetime(2026, 3, 11, 3, 6, 30, tzinfo=UTC))
+    next_one = fire(schedule, datetime(2026, 3, 11, 3, 6, 31, tzinfo=UTC))
+
+    assert (first, very_late, next_one) == ("nightly-fio-20260311-0300", "nightly-fio-20260311-0305", None)
+    assert Campaign.objects.count() == 3
+
+
+def test_a_delivery_seconds_early_belongs_to_the_occurrence_due_not_to_the_one_before(template: Campaign) -> None:
+    schedule = services.schedule_create(campaign=template, kind="nightly", at=time(2, 0))
+    fire(schedule, datetime(2026, 3, 10, 2, 0, 3, tzinfo=UTC))
+
+    # beat's clock a second ahead of the worker's
+    assert fire(schedule, datetime(2026, 3, 11, 1, 59, 59, tzinfo=UTC)) == "nightly-fio-20260311-0200"
+
+
+def test_an_occurrence_in_the_hour_clocks_repeat_fires_once_named_in_the_display_time_zone(
+    template: Campaign, settings: Any
+) -> None:
+    settings.TIME_ZONE = "Europe/Paris"  # clocks go back from 03:00 to 02:00 on 2026-10-25 (01:00 UTC)
+    schedule = services.schedule_create(campaign=template, kind="nightly", at=time(2, 30))
+
+    first = fire(schedule, datetime(2026, 10, 25, 0, 30, 2, tzinfo=UTC))  # 02:30 summer time
+    again = fire(schedule, datetime(2026, 10, 25, 1, 30, 2, tzinfo=UTC))  # 02:30 winter time
+
+    assert first == "nightly-fio-20261025-0230" and again is None
 
 
 def test_a_failed_firing_is_recorded_with_its_reason_and_leaves_nothing_behind(template: Campaign, owner: Any) -> None:
@@ -330,3 +380,30 @@ def _scope(user: Any) -> Any:
     from accounts.selectors import Scope
 
     return Scope(user=user)
+
+
+def test_the_timeline_puts_a_firing_on_the_nodes_a_launch_would_use(
+    team: Any, outsider: Any, django_user_model: Any
+) -> None:
+    red = outsider.memberships.get().team
+    for name, node_team, status, tags in [
+        ("mine-maintenance", team, NodeStatus.MAINTENANCE, ["rack"]),  # named: selected (the launch refuses it)
+        ("mine-tagged", team, NodeStatus.ACTIVE, ["rack"]),
+        ("mine-retired", team, NodeStatus.RETIRED, ["rack"]),
+        ("mine-untagged", team, NodeStatus.ACTIVE, []),
+        ("shared-tagged", None, NodeStatus.ACTIVE, ["rack"]),
+        ("shared-maintenance", None, NodeStatus.MAINTENANCE, ["rack"]),
+        ("theirs-tagged", red, NodeStatus.ACTIVE, ["rack"]),
+    ]:
+        node_upsert(name=name, address=f"10.0.2.{len(name)}", team=node_team, status=status, tags=tags)
+    campaign = campaign_services.campaign_apply(
+        data=fio_campaign("tagged", ["mine-maintenance"], node_tags=["rack"]), team=team
+    )
+    schedule = services.schedule_create(campaign=campaign, kind="once", run_at=later(hours=3))
+    root = django_user_model.objects.create_superuser("root", password="pw-root-123")  # sees every team's nodes
+
+    rows = selectors.timeline(scope=_scope(root))
+
+    shown = [r.node.name for r in rows if any(f["schedule"].pk == schedule.pk for f in r.firings)]
+    assert shown == [n.name for n in campaign_services.campaign_target_nodes(campaign=campaign)]
+    assert shown == ["mine-maintenance", "mine-tagged", "shared-tagged"]
