@@ -124,6 +124,9 @@ class Run(models.Model):
     resumes = models.PositiveIntegerField(default=0, help_text="times the reconciler resumed this run")
     # Each poll chain carries a token; a resumed run gets a new one, so a stale chain stops by itself.
     poll_token = models.CharField(max_length=32, blank=True)
+    # An ended run whose processes are still being killed on its hosts: its campaign starts nothing else, and
+    # gives its nodes back, only once the kill is done (no run measures beside another's leftovers).
+    kill_pending = models.BooleanField(default=False)
     error = models.TextField(blank=True)
     stdout_tail = models.TextField(blank=True)
     stderr_tail = models.TextField(blank=True)

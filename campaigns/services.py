@@ -290,8 +290,8 @@ def campaign_advance(*, campaign_id: int) -> str:
             return "idle"
         if campaign.waiting_since is not None and not _reservation_take(campaign):
             return "waiting"
-        if campaign.runs.filter(status__in=RUN_ACTIVE).exists():
-            return "active"
+        if campaign.runs.filter(Q(status__in=RUN_ACTIVE) | Q(kill_pending=True)).exists():
+            return "active"  # a run under way, or one whose processes are still being killed
         run = campaign.runs.filter(status=RunStatus.PENDING).order_by("sequence").first()
         if run is None:
             campaign_finish(campaign=campaign)
@@ -413,8 +413,7 @@ def campaign_finish(*, campaign: Campaign) -> bool:
 
     verdict = campaign_judge(campaign=campaign)
     if verdict is None or verdict.final:  # else: suspected regressions are being re-run, the campaign goes on
-        _teardown_after(campaign)
-        _reservation_release(campaign)
+        campaign_wind_down(campaign=campaign)
     return True
 
 
@@ -485,19 +484,40 @@ def _create_run_hosts(runs: list[Run], nodes: list[Node]) -> list[Node]:
     return list({h.node.pk: h.node for h in hosts if h.node}.values())
 
 
-def _teardown_after(campaign: Campaign) -> None:
-    """Containers stopped and storage unmounted once the campaign has ended."""
+def campaign_wind_down(*, campaign: Campaign) -> str:
+    """An ended campaign gives its nodes back only once nothing of it is left on them.
+
+    Its runs' kills come first (each calls this again when it is done), then its containers are stopped and its
+    storage unmounted (a task that calls ``campaign_release`` at its end), then its leases go and the waiting
+    campaigns advance. So the next campaign never measures beside this one's dying processes or teardown.
+    Returns what happened: "killing", "tearing down" or "released". The reconciler releases a campaign whose
+    teardown task was lost.
+    """
     from runners.tasks import campaign_teardown_task
 
+    if campaign.runs.filter(kill_pending=True).exists():
+        return "killing"
+    Campaign.objects.filter(pk=campaign.pk).update(waiting_since=None)  # out of the queue at once
     if campaign.mounts or campaign.container:
         transaction.on_commit(partial(campaign_teardown_task.delay, campaign.pk))
+        return "tearing down"
+    _reservation_release(campaign)
+    return "released"
+
+
+def campaign_release(*, campaign_id: int) -> bool:
+    """Give an ended campaign's nodes back (its teardown is done); nothing when it runs again (a re-run)."""
+    with transaction.atomic():
+        campaign = Campaign.objects.select_for_update().filter(pk=campaign_id).first()
+        if campaign is None or campaign.status == CampaignStatus.RUNNING:
+            return False
+        _reservation_release(campaign)
+    return True
 
 
 def campaign_cancel(*, campaign: Campaign) -> Campaign:
-    """Cancel a running campaign: pending runs are cancelled, active ones killed on their hosts, its nodes
-    given back (or its place in the queue)."""
-    from runners.tasks import run_kill_task
-
+    """Cancel a running campaign: pending runs are cancelled, active ones killed on their hosts, and its nodes
+    given back once that is done (its place in the queue at once)."""
     with transaction.atomic():
         if not campaign_transition(
             campaign=campaign, old=CampaignStatus.RUNNING, new=CampaignStatus.CANCELLED, finished_at=timezone.now()
@@ -508,12 +528,10 @@ def campaign_cancel(*, campaign: Campaign) -> Campaign:
         campaign.runs.filter(status=RunStatus.PENDING).update(
             status=RunStatus.CANCELLED, finished_at=now, error="campaign cancelled"
         )
-        _teardown_after(campaign)
-        _reservation_release(campaign)
         active = list(campaign.runs.filter(status__in=RUN_ACTIVE).values_list("pk", flat=True))
         for run_id in active:
-            run_finish(run_id=run_id, status=RunStatus.CANCELLED, error="cancelled by the user")
-            transaction.on_commit(partial(run_kill_task.delay, run_id))
+            run_finish(run_id=run_id, status=RunStatus.CANCELLED, error="cancelled by the user", kill=True)
+        campaign_wind_down(campaign=campaign)
     campaign.refresh_from_db()
     return campaign
 
@@ -531,9 +549,13 @@ def run_heartbeat(*, run_id: int) -> None:
     Run.objects.filter(pk=run_id).update(heartbeat_at=timezone.now())
 
 
-def run_finish(*, run_id: int, status: str, error: str = "") -> bool:
-    """Put an active run in a terminal state and let its campaign go on (on the nodes it still holds)."""
+def run_finish(*, run_id: int, status: str, error: str = "", kill: bool = False) -> bool:
+    """Put an active run in a terminal state and let its campaign go on (on the nodes it still holds).
+
+    With ``kill``, its processes are killed on its hosts first (``run_killed`` lets the campaign go on then).
+    """
     from campaigns.tasks import campaign_advance_task
+    from runners.tasks import run_kill_task
 
     assert status in RUN_TERMINAL
     with transaction.atomic():
@@ -543,15 +565,42 @@ def run_finish(*, run_id: int, status: str, error: str = "") -> bool:
             new=status,
             finished_at=timezone.now(),
             error=error[:10_000],
+            kill_pending=kill,
         )
-        if done:
+        if done and kill:
+            transaction.on_commit(partial(run_kill_task.delay, run_id))
+        elif done:
             campaign_id = Run.objects.values_list("campaign_id", flat=True).get(pk=run_id)
             transaction.on_commit(lambda: campaign_advance_task.delay(campaign_id))
     return done
 
 
-def run_mark_failed(*, run_id: int, error: str) -> bool:
-    return run_finish(run_id=run_id, status=RunStatus.FAILED, error=error)
+def run_kill_request(*, run_id: int) -> None:
+    """Kill an ended run's processes again (they were started after it ended: cancelled while starting)."""
+    from runners.tasks import run_kill_task
+
+    with transaction.atomic():
+        Run.objects.filter(pk=run_id).update(kill_pending=True)
+        transaction.on_commit(partial(run_kill_task.delay, run_id))
+
+
+def run_killed(*, run_id: int) -> None:
+    """The kill of an ended run is done (or given up): its campaign goes on, or winds down if it has ended."""
+    from campaigns.tasks import campaign_advance_task
+
+    with transaction.atomic():
+        campaign = Campaign.objects.select_for_update().filter(runs__pk=run_id).first()
+        if campaign is None or not Run.objects.filter(pk=run_id, kill_pending=True).update(kill_pending=False):
+            return  # a repeated kill: already done
+        campaign_id = campaign.pk
+        if campaign.status == CampaignStatus.RUNNING:
+            transaction.on_commit(partial(campaign_advance_task.delay, campaign_id))
+        elif campaign.is_terminal:
+            campaign_wind_down(campaign=campaign)
+
+
+def run_mark_failed(*, run_id: int, error: str, kill: bool = False) -> bool:
+    return run_finish(run_id=run_id, status=RunStatus.FAILED, error=error, kill=kill)
 
 
 def run_new_poll_token(*, run_id: int) -> str:

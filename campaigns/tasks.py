@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from celery import Task, shared_task
 from django.conf import settings
 from django.utils import timezone
 
 from campaigns import services
-from campaigns.models import RUN_ACTIVE, Campaign, CampaignStatus, RunStatus
+from campaigns.models import RUN_ACTIVE, Campaign, CampaignStatus, Run, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -30,18 +31,17 @@ def reconcile_runs() -> dict[str, int]:
     killed worker loses nothing); after RACKBENCH_MAX_RESUMES resumes it fails with the reason.
     Running campaigns with nothing active are advanced, so none waits forever.
     """
-    from runners.tasks import run_collect_task, run_kill_task, run_poll_task, run_start_task
+    from runners.tasks import campaign_teardown_task, run_collect_task, run_kill_task, run_poll_task, run_start_task
 
     cfg = settings.RACKBENCH
-    counts = {"resumed": 0, "failed": 0, "advanced": 0}
+    counts = {"resumed": 0, "failed": 0, "advanced": 0, "kills resent": 0, "released": 0}
     for run in services.stale_runs(older_than=cfg["STALE_AFTER"]).select_related("campaign"):
         if run.resumes >= cfg["MAX_RESUMES"]:
             error = (
                 f"abandoned: no worker made progress on this run for {cfg['STALE_AFTER']:g} s, "
                 f"after {run.resumes} resumes (status was {run.status})"
             )
-            if services.run_mark_failed(run_id=run.pk, error=error):
-                run_kill_task.delay(run.pk)  # whatever it left running on its hosts
+            if services.run_mark_failed(run_id=run.pk, error=error, kill=True):  # what it left on its hosts
                 counts["failed"] += 1
             continue
         updated = (
@@ -62,6 +62,19 @@ def reconcile_runs() -> dict[str, int]:
     for campaign in Campaign.objects.filter(status=CampaignStatus.RUNNING).exclude(runs__status__in=RUN_ACTIVE):
         campaign_advance_task.delay(campaign.pk)
         counts["advanced"] += 1
+    now = timezone.now()
+    stale = now - timedelta(seconds=cfg["STALE_AFTER"])
+    for run_id in Run.objects.filter(kill_pending=True, heartbeat_at__lt=stale).values_list("pk", flat=True):
+        services.run_heartbeat(run_id=run_id)
+        run_kill_task.delay(run_id)  # its kill task was lost
+        counts["kills resent"] += 1
+    # An ended campaign holding nodes with no kill left: its teardown task was lost (none runs longer than its
+    # hard time limit), so its nodes are given back.
+    lost = now - timedelta(seconds=cfg["STALE_AFTER"] + campaign_teardown_task.time_limit)
+    ended = Campaign.objects.exclude(status=CampaignStatus.RUNNING).filter(leases__isnull=False, finished_at__lt=lost)
+    for campaign_id in ended.exclude(runs__kill_pending=True).values_list("pk", flat=True).distinct():
+        if services.campaign_release(campaign_id=campaign_id):
+            counts["released"] += 1
     return counts
 
 

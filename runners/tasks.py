@@ -45,8 +45,7 @@ def _retry_or_fail(task: Task, run_id: int, exc: BaseException, *, kill: bool = 
         message = f"internal error: {type(exc).__name__}: {exc}"
     if _is_transient(exc):
         message = f"gave up after {retries + 1} attempts: {message}"
-    if services.run_mark_failed(run_id=run_id, error=message) and kill:
-        run_kill_task.delay(run_id)
+    services.run_mark_failed(run_id=run_id, error=message, kill=kill)
 
 
 def _load(run_id: int) -> Run | None:
@@ -74,6 +73,8 @@ def run_start_task(self: Task, run_id: int) -> None:
             _mark_running(run)
             return
         jobs = execution.run_prepare(run)
+        if not Run.objects.filter(pk=run_id, status=RunStatus.PREPARING).exists():
+            return  # cancelled while it was being prepared: nothing is started
         execution.run_submit(jobs)
     except Exception as exc:
         _retry_or_fail(self, run_id, exc)
@@ -89,7 +90,7 @@ def _already_submitted(run: Run) -> bool:
 
 def _mark_running(run: Run) -> None:
     if not services.run_transition(run_id=run.pk, old=[RunStatus.PREPARING], new=RunStatus.RUNNING):
-        run_kill_task.delay(run.pk)  # cancelled while it was being started
+        services.run_kill_request(run_id=run.pk)  # cancelled while it was being started
         return
     _schedule_poll(run.pk, services.run_new_poll_token(run_id=run.pk))
 
@@ -105,13 +106,12 @@ def run_poll_task(self: Task, run_id: int, token: str) -> None:
         _retry_or_fail(self, run_id, exc, kill=True)
         return
     if outcome.vanished:
-        failed = services.run_mark_failed(
+        services.run_mark_failed(
             run_id=run_id,
             error=f"the benchmark process disappeared without an exit code on {', '.join(outcome.vanished)} "
             "(killed outside rackbench, or the host rebooted)",
+            kill=True,  # the other hosts' commands and the services
         )
-        if failed:
-            run_kill_task.delay(run_id)  # the other hosts' commands and the services
         return
     if outcome.finished:
         if services.run_transition(run_id=run_id, old=[RunStatus.RUNNING], new=RunStatus.COLLECTING):
@@ -119,10 +119,9 @@ def run_poll_task(self: Task, run_id: int, token: str) -> None:
         return
     timeout = run.campaign.run_timeout_s
     if run.started_at and (timezone.now() - run.started_at).total_seconds() > timeout:
-        if services.run_finish(
-            run_id=run_id, status=RunStatus.TIMED_OUT, error=f"exceeded the run timeout of {timeout} s"
-        ):
-            run_kill_task.delay(run_id)
+        services.run_finish(
+            run_id=run_id, status=RunStatus.TIMED_OUT, error=f"exceeded the run timeout of {timeout} s", kill=True
+        )
         return
     services.run_heartbeat(run_id=run_id)
     _schedule_poll(run_id, token)
@@ -144,7 +143,8 @@ def run_collect_task(self: Task, run_id: int) -> None:
 
 @shared_task(bind=True, max_retries=3, soft_time_limit=120, time_limit=150)
 def run_kill_task(self: Task, run_id: int) -> None:
-    """Kill the run's remote process groups and keep whatever output they left."""
+    """Kill the run's remote process groups and keep whatever output they left; then its campaign goes on (or
+    gives its nodes back). A kill that cannot be done after the retries is logged and given up."""
     run = _load(run_id)
     if run is None:
         return
@@ -152,24 +152,30 @@ def run_kill_task(self: Task, run_id: int) -> None:
         execution.run_kill(run)
         execution.run_keep_output(run)
         enqueue_prometheus_pull(run_id)  # a failed or cancelled run's window is evidence too
-    except ssh.SSHError as exc:
-        if exc.transient:
+    except Exception as exc:
+        if _is_transient(exc) and self.request.retries < (self.max_retries or 0):
             raise self.retry(
                 countdown=settings.RACKBENCH["RETRY_BACKOFF"] * (2**self.request.retries), exc=exc
             ) from None
         log.warning("run %s: could not kill the remote job: %s", run_id, exc)
+    services.run_killed(run_id=run_id)
 
 
 @shared_task(bind=True, max_retries=3, soft_time_limit=300, time_limit=360)
 def campaign_teardown_task(self: Task, campaign_id: int) -> None:
-    """When a campaign ends: stop its containers and unmount its storage on every node its runs used."""
-    from campaigns.models import Campaign
+    """When a campaign ends: stop its containers and unmount its storage on every node its runs used, then give
+    its nodes back (whatever the teardown's outcome: its errors are logged)."""
+    from campaigns.models import Campaign, CampaignStatus
     from inventory.models import Node
 
     campaign = Campaign.objects.select_related("storage").filter(pk=campaign_id).first()
     if campaign is None:
         return
-    nodes = list(Node.objects.filter(run_hosts__run__campaign=campaign).distinct().order_by("name"))
-    errors = execution.stop_containers(campaign, nodes) + execution.unmount_storage(campaign, nodes)
-    if errors:
-        log.warning("campaign %s: teardown failed on some nodes: %s", campaign.name, "; ".join(errors))
+    try:
+        if campaign.status != CampaignStatus.RUNNING:  # else it runs again (a re-run): what it set up stays
+            nodes = list(Node.objects.filter(run_hosts__run__campaign=campaign).distinct().order_by("name"))
+            errors = execution.stop_containers(campaign, nodes) + execution.unmount_storage(campaign, nodes)
+            if errors:
+                log.warning("campaign %s: teardown failed on some nodes: %s", campaign.name, "; ".join(errors))
+    finally:
+        services.campaign_release(campaign_id=campaign_id)

@@ -7,6 +7,7 @@ overlap, the second starts by itself once the first has finished) on real lab no
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from typing import Any
 from unittest import mock
 
@@ -14,13 +15,15 @@ import pytest
 from django.db import connection
 from django.template.loader import render_to_string
 from django.test import Client
+from django.utils import timezone
 
 from accounts.services import team_add_member
 from campaigns import services
-from campaigns.models import Campaign, CampaignStatus, NodeLease, Run, RunStatus
+from campaigns.models import RUN_ACTIVE, Campaign, CampaignStatus, NodeLease, Run, RunStatus
 from campaigns.tasks import campaign_advance_task, reconcile_runs
 from inventory.models import Node, NodeStatus
 from inventory.services import node_upsert
+from runners.tasks import campaign_teardown_task, run_kill_task
 from scheduling.selectors import campaign_queue
 from tests.conftest import finished, wait_for
 from tests.test_campaign_e2e import fio_campaign
@@ -47,6 +50,14 @@ def fresh(campaign: Campaign) -> Campaign:
 
 def held(campaign: Campaign) -> set[str]:
     return set(NodeLease.objects.filter(campaign=campaign).values_list("node__name", flat=True))
+
+
+def cancel(campaign: Campaign) -> None:
+    """Cancel, then do what the kill tasks of its active runs do once they are delivered (no worker here)."""
+    active = list(campaign.runs.filter(status__in=RUN_ACTIVE).values_list("pk", flat=True))
+    services.campaign_cancel(campaign=campaign)
+    for run_id in active:
+        run_kill_task.apply(args=(run_id,))
 
 
 def test_a_running_campaign_holds_its_nodes_between_runs_until_it_ends(nodes: dict[str, Node]) -> None:
@@ -81,7 +92,7 @@ def test_waiting_campaigns_are_served_in_launch_order_and_a_later_one_never_over
     assert campaign_queue(campaign=fresh(late))["position"] == 2
     assert held(late) == set() and held(early) == set()
 
-    services.campaign_cancel(campaign=holder)
+    cancel(holder)
     assert advance(late) == "waiting"  # still behind "early"
     assert advance(early) == "started" and held(early) == {"n1", "n2"}
     assert advance(late) == "waiting"
@@ -133,14 +144,14 @@ def test_a_node_put_into_maintenance_is_not_used_by_a_waiting_campaign(nodes: di
     Node.objects.filter(name="n1").update(status=NodeStatus.MAINTENANCE)
     behind = launch("behind", ["n2"])  # not held up by a campaign that cannot start anyway
 
-    services.campaign_cancel(campaign=holder)
+    cancel(holder)
     assert advance(waiting) == "waiting" and held(waiting) == set()
     queue = campaign_queue(campaign=fresh(waiting))
     assert [n.name for n in queue["inactive"]] == ["n1"] and queue["holders"] == []
     assert "n1 is in maintenance" in render_to_string("scheduling/_queue.html", {"campaign": fresh(waiting)})
     assert advance(behind) == "started"
 
-    services.campaign_cancel(campaign=behind)
+    cancel(behind)
     Node.objects.filter(name="n1").update(status=NodeStatus.ACTIVE)
     assert advance(waiting) == "started" and held(waiting) == {"n1", "n2"}
 
@@ -243,3 +254,74 @@ def test_a_second_campaign_on_a_busy_lab_node_waits_its_turn_and_starts_when_the
     for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
         assert start >= end, "two campaigns' runs overlapped on lab1"
     assert not NodeLease.objects.exists()
+
+
+def test_a_cancelled_campaign_keeps_its_nodes_until_its_running_run_is_killed(nodes: dict[str, Node]) -> None:
+    holder = launch("holder", ["n1"])
+    assert advance(holder) == "started"
+    run = holder.runs.get(status=RunStatus.QUEUED)
+    waiting = launch("waiting", ["n1"])
+    assert advance(waiting) == "waiting"
+
+    services.campaign_cancel(campaign=holder)
+
+    assert Run.objects.get(pk=run.pk).kill_pending  # its processes may still run on n1
+    assert held(holder) == {"n1"} and advance(waiting) == "waiting"
+    note = render_to_string("scheduling/_queue.html", {"campaign": fresh(waiting)})
+    assert "n1 held by campaign" in note and "(ended, cleaning up)" in note
+    run_kill_task.apply(args=(run.pk,))
+    assert not Run.objects.get(pk=run.pk).kill_pending
+    assert held(holder) == set() and advance(waiting) == "started" and held(waiting) == {"n1"}
+
+
+def test_a_campaign_starts_no_run_while_the_kill_of_its_timed_out_run_is_under_way(nodes: dict[str, Node]) -> None:
+    campaign = launch("timing-out", ["n1"])
+    assert advance(campaign) == "started"
+    first = campaign.runs.get(status=RunStatus.QUEUED)
+
+    services.run_finish(run_id=first.pk, status=RunStatus.TIMED_OUT, error="exceeded the run timeout", kill=True)
+
+    assert advance(campaign) == "active"  # the next run would measure beside the dying one
+    assert not campaign.runs.filter(status=RunStatus.QUEUED).exists()
+    run_kill_task.apply(args=(first.pk,))
+    assert advance(campaign) == "started" and held(campaign) == {"n1"}
+
+
+def test_an_ended_campaign_keeps_its_nodes_until_its_teardown_is_done(nodes: dict[str, Node]) -> None:
+    Node.objects.filter(name="n1").update(address="127.0.0.1", ssh_port=9)  # the unmount is refused at once
+    campaign = launch("mounted", ["n1"], matrix={"rw": ["read"]})
+    Campaign.objects.filter(pk=campaign.pk).update(mounts={"count": 1, "path": "/mnt/rb"})
+    assert advance(campaign) == "started"
+    services.run_finish(run_id=campaign.runs.get(status=RunStatus.QUEUED).pk, status=RunStatus.SUCCEEDED)
+    waiting = launch("next", ["n1"])
+
+    assert advance(campaign) == "finished" and fresh(campaign).status == CampaignStatus.SUCCEEDED
+    assert held(campaign) == {"n1"} and advance(waiting) == "waiting"  # unmounting on n1
+    campaign_teardown_task.apply(args=(campaign.pk,))
+    assert held(campaign) == set() and advance(waiting) == "started"
+
+
+def test_the_reconciler_resends_a_lost_kill_and_frees_the_nodes_of_a_lost_teardown(
+    nodes: dict[str, Node], settings: Any
+) -> None:
+    settings.RACKBENCH = {**settings.RACKBENCH, "STALE_AFTER": 60.0}
+    killed = launch("killed", ["n1"])
+    assert advance(killed) == "started"
+    run = killed.runs.get(status=RunStatus.QUEUED)
+    services.campaign_cancel(campaign=killed)
+    torn = launch("torn", ["n2"], matrix={"rw": ["read"]})
+    Campaign.objects.filter(pk=torn.pk).update(mounts={"count": 1, "path": "/mnt/rb"})
+    assert advance(torn) == "started"
+    services.run_finish(run_id=torn.runs.get(status=RunStatus.QUEUED).pk, status=RunStatus.SUCCEEDED)
+    assert advance(torn) == "finished"
+
+    with mock.patch.object(run_kill_task, "delay") as resent:
+        assert reconcile_runs()["kills resent"] == 0  # both are recent: their tasks are still on their way
+        long_ago = timezone.now() - timedelta(hours=1)
+        Run.objects.filter(pk=run.pk).update(heartbeat_at=long_ago)
+        Campaign.objects.filter(pk=torn.pk).update(finished_at=long_ago)
+        counts = reconcile_runs()
+
+    assert counts["kills resent"] == 1 and resent.call_args.args == (run.pk,)
+    assert counts["released"] == 1 and held(torn) == set()
+    assert held(killed) == {"n1"}  # its kill is still to be done
