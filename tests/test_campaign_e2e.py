@@ -200,8 +200,9 @@ def test_fio_client_mode_drives_every_nodes_fio_server_from_one_node(lab: dict[s
     assert not lab2.command  # lab2 only serves
     per_host = {r.host: r.value for r in run.results.filter(name="read_bw_bytes", labels={})}
     assert set(per_host) == {"lab1", "lab2", ""} and per_host["lab1"] > 0 and per_host["lab2"] > 0
-    # fio's own "All clients" figure: all bytes over the longest client's runtime, so at most the sum of the two
-    assert max(per_host["lab1"], per_host["lab2"]) <= per_host[""] <= (per_host["lab1"] + per_host["lab2"]) * 1.01
+    # fio's own "All clients" figure: all bytes over the longest client's runtime. Both clients move the same bytes,
+    # so it is twice the slower one's rate (not at least the faster one's: a loaded node is slower)
+    assert per_host[""] == pytest.approx(2 * min(per_host["lab1"], per_host["lab2"]), rel=0.05)
     assert set(run.provenance["services"]) == {"lab1", "lab2"}
 
 
