@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -607,6 +607,21 @@ def run_new_poll_token(*, run_id: int) -> str:
     token = uuid.uuid4().hex
     Run.objects.filter(pk=run_id).update(poll_token=token, heartbeat_at=timezone.now())
     return token
+
+
+def run_provenance_merge(*, run_id: int, update: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """Change the run's provenance under a row lock: ``update`` changes the stored provenance in place, and what it
+    leaves is saved and returned.
+
+    Every writer after the run's preparation goes through here: writers that read, merge and write on their own (the
+    telemetry collection and a Prometheus pull that end together) would lose each other's keys. ``update`` runs
+    with the row locked: it must only merge, never wait on a remote host.
+    """
+    with transaction.atomic():
+        provenance = dict(Run.objects.select_for_update().values_list("provenance", flat=True).get(pk=run_id))
+        update(provenance)
+        Run.objects.filter(pk=run_id).update(provenance=provenance)
+    return provenance
 
 
 def run_store_results(*, run: Run, metrics: list[Metric]) -> int:

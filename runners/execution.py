@@ -624,15 +624,10 @@ def _host_outcome(host: RunTarget) -> HostOutcome:
 def _slurm_outcome(run: Run, login: remote.Target) -> HostOutcome:
     host, job_id = _slurm_job(run, login)
     state = slurm.job_state(login, job_id, host.row.remote_dir)
-    provenance = dict(Run.objects.values_list("provenance", flat=True).get(pk=run.pk))
-    provenance["slurm"] = {
-        **provenance.get("slurm", {}),
-        "job_id": job_id,
-        "state": state.state,
-        "exit_code": state.exit_code,
-        "source": state.source,
-    }
-    Run.objects.filter(pk=run.pk).update(provenance=provenance)
+    ended = {"job_id": job_id, "state": state.state, "exit_code": state.exit_code, "source": state.source}
+    services.run_provenance_merge(
+        run_id=run.pk, update=lambda provenance: provenance.update(slurm={**provenance.get("slurm", {}), **ended})
+    )
     stdout, stderr = remote.job_output(login, host.row.remote_dir)
     return HostOutcome(stdout, stderr, state.exit_code, state)
 
@@ -645,8 +640,9 @@ def run_collect(run: Run) -> tuple[str, str]:
     command exited 0.
     """
     benchmark = get_benchmark(run.campaign.kind)
-    telemetry.stop(run, run_targets(run, started=True))  # first: the samplers record the benchmark, not this
-    hosts = main_targets(run)
+    targets = run_targets(run, started=True)
+    telemetry.stop(run, targets)  # first: the samplers record the benchmark, not this
+    hosts = [h for h in targets if h.row.command]
     login = slurm_login(run)
     if login is not None:
         outputs: list[Any] = [_slurm_outcome(run, login)]
@@ -675,19 +671,19 @@ def run_collect(run: Run) -> tuple[str, str]:
         stdout_tail=_tails([(h.row.host, o.stdout) for h, o in zip(hosts, outputs, strict=True)]),
         stderr_tail=_tails([(h.row.host, o.stderr) for h, o in zip(hosts, outputs, strict=True)]),
     )
-    stop_services(run)
+    stop_services(run, targets)
     metrics = per_host + benchmark.aggregate(per_host) if per_host else []
     services.run_store_results(run=run, metrics=metrics)
-    telemetry.collect(run, run_targets(run, started=True))  # after the results: it adds its summaries to them
+    telemetry.collect(run, targets)  # after the results: it adds its summaries to them
     if not errors:
         errors += benchmark.missing(metrics, [h.row.host for h in hosts])
         errors += benchmark.check(run.params, metrics, logs)
     return (RunStatus.FAILED, "\n".join(errors)) if errors else (RunStatus.SUCCEEDED, "")
 
 
-def stop_services(run: Run) -> None:
-    """Stop the run's services and keep what they printed in its provenance."""
-    hosts = [h for h in run_targets(run, started=True) if h.row.service_command]
+def stop_services(run: Run, targets: list[RunTarget]) -> None:
+    """Stop the run's services (on ``targets``, its started hosts) and keep what they printed in its provenance."""
+    hosts = [h for h in targets if h.row.service_command]
     if not hosts:
         return
     remote.fan_out(hosts, lambda h: remote.job_kill(h.target, f"{h.row.remote_dir}/{SERVICE_DIR}", grace=1.0))
@@ -697,9 +693,7 @@ def stop_services(run: Run) -> None:
         for h, o in zip(hosts, outputs, strict=True)
         if not isinstance(o, BaseException)
     }
-    provenance = dict(Run.objects.values_list("provenance", flat=True).get(pk=run.pk))
-    provenance["services"] = kept
-    Run.objects.filter(pk=run.pk).update(provenance=provenance)
+    services.run_provenance_merge(run_id=run.pk, update=lambda provenance: provenance.update(services=kept))
 
 
 def _last_lines(text: str, count: int = 3) -> str:
@@ -724,11 +718,10 @@ def run_kill(run: Run) -> None:
             if job_id:
                 slurm.cancel(login, job_id, host.row.remote_dir)
         return
-    jobs = [(h.target, h.row.remote_dir) for h in run_targets(run, started=True) if h.row.command]
-    jobs += [
-        (h.target, f"{h.row.remote_dir}/{SERVICE_DIR}") for h in run_targets(run, started=True) if h.row.service_command
-    ]
-    jobs += telemetry.kill_jobs(run, run_targets(run, started=True))
+    targets = run_targets(run, started=True)
+    jobs = [(h.target, h.row.remote_dir) for h in targets if h.row.command]
+    jobs += [(h.target, f"{h.row.remote_dir}/{SERVICE_DIR}") for h in targets if h.row.service_command]
+    jobs += telemetry.kill_jobs(run, targets)
     ssh.raise_first(remote.fan_out(jobs, lambda job: remote.job_kill(*job)))
 
 

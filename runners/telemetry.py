@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import shlex
 import time
 from collections import deque
@@ -44,11 +43,14 @@ import numpy.typing as npt
 from django.conf import settings
 
 from campaigns.models import Run
+from campaigns.services import run_provenance_merge
 from runners import remote, ssh
 from runners.benchmarks.base import ParamError
 from runners.tools import isi_statistics
 from runners.tools import sampler as tool
+from telemetry.durations import duration_ns, duration_text
 from telemetry.models import DETAIL_SERIES, Series, SeriesKind, SeriesSource
+from telemetry.prometheus import validate_queries
 from telemetry.services import CHUNK_SAMPLES, run_telemetry_summarize, series_append
 
 if TYPE_CHECKING:
@@ -67,8 +69,6 @@ MIN_FAST_NS = 1_000_000  # what a sysfs counter read and a Python tick can keep 
 MIN_SLOW_NS = 100_000_000  # parsing /proc/stat, mountstats, ... takes a few ms on big hosts
 DEFAULT_INTERVAL = "1s"
 DEFAULT_FAST_INTERVAL = "1ms"
-UNITS_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000}
-DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|ms|s|m)?\s*$")
 READY_TIMEOUT = 10.0  # seconds for a sampler to take its first samples
 STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL: the sampler flushes its last frames
 FETCH_WINDOW = 4  # hosts whose files are held in memory at once
@@ -76,31 +76,6 @@ BATCH_ROWS = 16 * CHUNK_SAMPLES  # rows per series_append: whole chunks
 
 
 # --- settings -------------------------------------------------------------------------------------------------
-
-
-def duration_ns(value: Any, field: str) -> int:
-    """A duration as YAML gives it (``1s``, ``250ms``, ``100us``, or a number of seconds) in nanoseconds."""
-    if isinstance(value, bool):
-        raise ParamError(field, f"must be a duration such as 1s or 1ms, got {value!r}")
-    if isinstance(value, int | float):
-        ns = round(value * 1e9)
-    else:
-        match = DURATION.match(str(value))
-        if not match:
-            raise ParamError(field, f"must be a duration such as 1s, 500ms or 1ms, got {value!r}")
-        number, unit = match.groups()
-        ns = round(float(number) * UNITS_NS[unit or "s"])
-    if ns <= 0:
-        raise ParamError(field, f"must be longer than zero, got {value!r}")
-    return ns
-
-
-def duration_text(ns: int) -> str:
-    """The shortest exact spelling of a duration: 1s, 250ms, 100us."""
-    for unit in ("m", "s", "ms", "us"):
-        if ns % UNITS_NS[unit] == 0:
-            return f"{ns // UNITS_NS[unit]}{unit}"
-    return f"{ns}ns"
 
 
 def _group_list(value: Any, field: str) -> list[str]:
@@ -134,7 +109,7 @@ def validate_telemetry(value: Any) -> dict[str, Any]:
     if not enabled:
         return {}
     groups = _group_list(value.get("groups", list(GROUPS)), "telemetry.groups")
-    queries = _prometheus(value.get("prometheus", []))
+    queries = validate_queries(value.get("prometheus", []), "telemetry.prometheus")
     if not groups and not queries:
         raise ParamError("telemetry.groups", "names no group: leave telemetry out, or set enabled: false")
     fast = _group_list(value.get("fast", []), "telemetry.fast")
@@ -174,15 +149,6 @@ def validate_telemetry(value: Any) -> dict[str, Any]:
             raise ParamError("telemetry.fast_interval", f"must be shorter than interval ({duration_text(interval)})")
         config["fast_interval"] = duration_text(fast_interval)
     return config
-
-
-def _prometheus(value: Any) -> list[dict[str, Any]]:
-    from telemetry.prometheus import QueryError, validate_queries
-
-    try:
-        return validate_queries(value, "telemetry.prometheus")
-    except QueryError as exc:
-        raise ParamError(exc.field, exc.message) from None
 
 
 def samples(run: Run) -> bool:
@@ -422,11 +388,13 @@ def collect(run: Run, hosts: list[RunTarget]) -> dict[str, Any]:
         outcome["storage"] = storage_collect(run, storage)
         warnings += [f"storage: {e}" for e in outcome["storage"].get("errors", [])]
     run_telemetry_summarize(run=run, skip=DETAIL_SERIES)
-    provenance = dict(Run.objects.values_list("provenance", flat=True).get(pk=run.pk))
-    telemetry = dict(provenance.get("telemetry", {}))
-    kept = [w for w in telemetry.get("warnings", []) if not w.startswith("storage: ")]
-    provenance["telemetry"] = {**telemetry, "collected": outcome, "warnings": kept + warnings}
-    Run.objects.filter(pk=run.pk).update(provenance=provenance)
+
+    def note(provenance: dict[str, Any]) -> None:
+        telemetry = dict(provenance.get("telemetry", {}))
+        kept = [w for w in telemetry.get("warnings", []) if not w.startswith("storage: ")]
+        provenance["telemetry"] = {**telemetry, "collected": outcome, "warnings": kept + warnings}
+
+    run_provenance_merge(run_id=run.pk, update=note)
     return outcome
 
 

@@ -16,10 +16,11 @@ class TelemetryConfig(AppConfig):
 
 def check_prometheus_queries(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """A bad RACKBENCH_PROMETHEUS_QUERIES file is said at start-up, not found out after the first run."""
-    from telemetry.prometheus import QueryError, default_queries
+    from runners.benchmarks.base import ParamError
+    from telemetry.prometheus import default_queries
 
     try:
         default_queries()
-    except QueryError as exc:
+    except ParamError as exc:
         return [checks.Error(str(exc), id="telemetry.E001")]
     return []

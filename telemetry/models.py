@@ -49,6 +49,10 @@ class Series(models.Model):
     sample_count = models.BigIntegerField(default=0)
     first_ns = models.BigIntegerField(null=True, blank=True, help_text="first timestamp, ns since the epoch")
     last_ns = models.BigIntegerField(null=True, blank=True, help_text="last timestamp, ns since the epoch")
+    # The next append's first chunk carries the last sample (counter rates across chunks): kept here, so that an
+    # append need not decode the last chunk to find it. JSON keeps an integer or a float exactly (bar the sign of a
+    # float zero: jsonb has no -0, and a rate is the same either way).
+    last_value = models.JSONField(null=True, blank=True, help_text="last sample's value")
 
     class Meta:
         ordering = ["run", "host", "name", "labels_key"]

@@ -26,6 +26,9 @@ from typing import Any
 import yaml
 from django.conf import settings
 
+from runners.benchmarks.base import ParamError
+from telemetry.durations import duration_ns, duration_text
+
 MAX_POINTS = 11_000  # Prometheus refuses a query_range of more points per series than this
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:]{0,79}$")
 KEYS = ("name", "query", "step", "unit")
@@ -35,15 +38,6 @@ PREFIX = "prom."
 
 class PrometheusError(Exception):
     """Prometheus could not answer a query: unreachable, an HTTP error, or its own "status": "error"."""
-
-
-class QueryError(ValueError):
-    """A query definition is invalid; ``field`` names where."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -62,37 +56,34 @@ class Query:
 
 
 def validate_queries(value: Any, field: str) -> list[dict[str, Any]]:
-    """A list of queries as YAML gives it, normalised (steps spelled canonically). Raises QueryError."""
-    from runners.benchmarks.base import ParamError
-    from runners.telemetry import duration_ns, duration_text  # the one parser of durations
+    """A list of queries as YAML gives it, normalised (steps spelled canonically).
 
+    Raises ParamError naming the field (``telemetry.prometheus[2].step``), as every check of a campaign does.
+    """
     if not isinstance(value, list):
-        raise QueryError(field, "must be a list of {name:, query:, step:} mappings")
+        raise ParamError(field, "must be a list of {name:, query:, step:} mappings")
     queries: list[dict[str, Any]] = []
     for index, item in enumerate(value):
         where = f"{field}[{index}]"
         if not isinstance(item, dict):
-            raise QueryError(where, "must be a mapping such as {name: node_load, query: node_load1}")
+            raise ParamError(where, "must be a mapping such as {name: node_load, query: node_load1}")
         unknown = sorted(set(item) - set(KEYS))
         if unknown:
-            raise QueryError(f"{where}.{unknown[0]}", f"unknown field (known fields: {', '.join(KEYS)})")
+            raise ParamError(f"{where}.{unknown[0]}", f"unknown field (known fields: {', '.join(KEYS)})")
         name, query = item.get("name"), item.get("query")
         if not isinstance(name, str) or not NAME.match(name):
-            raise QueryError(f"{where}.name", f"must be a name of letters, digits, _ . and : (got {name!r})")
+            raise ParamError(f"{where}.name", f"must be a name of letters, digits, _ . and : (got {name!r})")
         if not isinstance(query, str) or not query.strip():
-            raise QueryError(f"{where}.query", "must be a PromQL expression")
+            raise ParamError(f"{where}.query", "must be a PromQL expression")
         entry: dict[str, Any] = {"name": name, "query": query.strip()}
         if "step" in item:
-            try:
-                entry["step"] = duration_text(duration_ns(item["step"], f"{where}.step"))
-            except ParamError as exc:
-                raise QueryError(exc.field, exc.message) from None
+            entry["step"] = duration_text(duration_ns(item["step"], f"{where}.step"))
         if "unit" in item:
             if not isinstance(item["unit"], str) or len(item["unit"]) > 30:
-                raise QueryError(f"{where}.unit", "must be a short text such as %, B/s or W")
+                raise ParamError(f"{where}.unit", "must be a short text such as %, B/s or W")
             entry["unit"] = item["unit"]
         if any(q["name"] == name for q in queries):
-            raise QueryError(f"{where}.name", f"{name!r} is used twice")
+            raise ParamError(f"{where}.name", f"{name!r} is used twice")
         queries.append(entry)
     return queries
 
@@ -105,14 +96,12 @@ def default_queries() -> list[dict[str, Any]]:
     try:
         data = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as exc:
-        raise QueryError("RACKBENCH_PROMETHEUS_QUERIES", f"cannot read {path}: {exc}") from None
+        raise ParamError("RACKBENCH_PROMETHEUS_QUERIES", f"cannot read {path}: {exc}") from None
     return validate_queries(data or [], "RACKBENCH_PROMETHEUS_QUERIES")
 
 
 def queries_for(telemetry: dict[str, Any]) -> list[Query]:
     """The run's queries: the defaults, then the campaign's (which replace defaults of the same name)."""
-    from runners.telemetry import duration_ns
-
     merged = {q["name"]: q for q in default_queries()}
     merged.update({q["name"]: q for q in telemetry.get("prometheus", [])})
     return [
@@ -124,8 +113,6 @@ def queries_for(telemetry: dict[str, Any]) -> list[Query]:
 def step_seconds(query: Query, telemetry: dict[str, Any], start: datetime, end: datetime) -> float:
     """The query's step, else the campaign's sampling interval, else RACKBENCH_PROMETHEUS_STEP; never so short that
     the window holds more points than Prometheus answers."""
-    from runners.telemetry import duration_ns
-
     if query.step_ns:
         step = query.step_ns / 1e9
     elif telemetry.get("interval"):

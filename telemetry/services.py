@@ -9,9 +9,12 @@ import numpy as np
 import numpy.typing as npt
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from campaigns.models import Result, Run
+from campaigns.services import run_provenance_merge
+from runners.benchmarks.base import ParamError
 from telemetry import codec, selectors
 from telemetry.models import Chunk, Series, SeriesKind, SeriesSource, labels_key
 
@@ -73,9 +76,10 @@ def series_append(
         series.sample_count += len(ts)
         series.first_ns = int(ts[0]) if series.first_ns is None else series.first_ns
         series.last_ns = int(ts[-1])
+        series.last_value = vals[-1].item()
         if not series.interval_ns and len(ts) > 1:
             series.interval_ns = int(np.median(np.diff(ts[:CHUNK_SAMPLES])))
-        series.save(update_fields=["sample_count", "first_ns", "last_ns", "interval_ns"])
+        series.save(update_fields=["sample_count", "first_ns", "last_ns", "last_value", "interval_ns"])
     return series
 
 
@@ -98,12 +102,18 @@ def _validated(timestamps_ns: npt.ArrayLike, values: npt.ArrayLike) -> tuple[cod
 
 
 def _series_tail(series: Series) -> tuple[int, tuple[int, int | float] | None]:
-    """The next chunk number and the series' last sample, which the next chunk carries for counter rates."""
-    last = Chunk.objects.filter(series=series).order_by("-seq").only("seq", "data").first()
+    """The next chunk number and the series' last sample, which the next chunk carries for counter rates.
+
+    The last sample is the series row's own (``last_ns``, ``last_value``); only a series stored before rows kept
+    their last value has its last chunk decoded.
+    """
+    last = Chunk.objects.filter(series=series).order_by("-seq").values_list("seq", flat=True).first()
     if last is None:
         return 0, None
-    decoded = codec.decode(last.data)
-    return last.seq + 1, (int(decoded.timestamps_ns[-1]), decoded.values[-1].item())
+    if series.last_ns is not None and series.last_value is not None:
+        return last + 1, (series.last_ns, series.last_value)
+    decoded = codec.decode(Chunk.objects.values_list("data", flat=True).get(series=series, seq=last))
+    return last + 1, (int(decoded.timestamps_ns[-1]), decoded.values[-1].item())
 
 
 def _chunks(
@@ -181,12 +191,15 @@ def run_telemetry_summarize(
     rows = Series.objects.filter(run=run).exclude(name__in=skip)
     if sources is not None:
         rows = rows.filter(source__in=sources)
+    earlier = Q()  # every summary an earlier call recorded: deleted in one statement
     with transaction.atomic():
         for series in rows.order_by("host", "name", "labels_key"):
             names = [f"{series.name}.{stat}" for stat in SUMMARY_STATS]
-            Result.objects.filter(run=run, host=series.host, name__in=names, labels=series.labels).delete()
+            earlier |= Q(host=series.host, name__in=names, labels=series.labels)
             summary = selectors.series_summary(series=series)
             results += _summary_results(run, series, names, (summary.mean, summary.p99, summary.max))
+        if earlier:
+            Result.objects.filter(earlier, run=run).delete()
         Result.objects.bulk_create(results)
     return results
 
@@ -211,7 +224,7 @@ def run_prometheus_pull(*, run: Run) -> dict[str, Any]:
     outcome: dict[str, Any] = {"url": settings.RACKBENCH["PROMETHEUS_URL"], "series": 0, "samples": 0, "warnings": []}
     try:
         queries = prometheus.queries_for(run.campaign.telemetry or {})
-    except prometheus.QueryError as exc:
+    except ParamError as exc:
         queries = []
         outcome["warnings"].append(str(exc))
     start, end = run.started_at, run.finished_at or timezone.now()
@@ -252,11 +265,12 @@ def run_prometheus_pull(*, run: Run) -> dict[str, Any]:
 
 def run_telemetry_note(*, run_id: int, key: str, outcome: dict[str, Any]) -> None:
     """Record ``outcome`` as ``provenance.telemetry.<key>``; its warnings join ``provenance.telemetry.warnings``."""
-    with transaction.atomic():
-        provenance = dict(Run.objects.select_for_update().values_list("provenance", flat=True).get(pk=run_id))
+
+    def note(provenance: dict[str, Any]) -> None:
         telemetry = dict(provenance.get("telemetry") or {})
         telemetry[key] = outcome
         kept = [w for w in telemetry.get("warnings", []) if not w.startswith(f"{key}: ")]
         telemetry["warnings"] = kept + [f"{key}: {w}" for w in outcome["warnings"]]
         provenance["telemetry"] = telemetry
-        Run.objects.filter(pk=run_id).update(provenance=provenance)
+
+    run_provenance_merge(run_id=run_id, update=note)

@@ -525,6 +525,14 @@ def test_the_settings_are_normalised() -> None:
         ({"enabled": "yes"}, "telemetry.enabled", "must be true or false"),
         ({"rate": 5}, "telemetry.rate", "unknown field"),
         ("1s", "telemetry", "must be a mapping"),
+        ({"prometheus": [{"name": "up", "query": "up", "step": "soon"}]}, "telemetry.prometheus[0].step", "1ms"),
+        ({"prometheus": [{"name": "up", "query": "up", "step": 0}]}, "telemetry.prometheus[0].step", "longer than"),
+        (
+            {"prometheus": [{"name": "up", "query": "up"}, {"name": "up", "query": "up"}]},
+            "telemetry.prometheus[1].name",
+            "'up' is used twice",
+        ),
+        ({"prometheus": {"name": "up"}}, "telemetry.prometheus", "must be a list"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_field(value: Any, field: str, words: str) -> None:
@@ -559,6 +567,35 @@ def test_a_campaign_with_bad_telemetry_is_refused_naming_the_field(db: None) -> 
         services.campaign_apply(data=campaign_data(telemetry={"fast": ["gpu"]}))
     assert caught.value.field == "telemetry.fast"
     assert str(caught.value).startswith("telemetry.fast: gpu cannot be sampled at fast_interval")
+
+
+def test_a_campaign_with_a_bad_prometheus_step_is_refused_naming_the_query(db: None) -> None:
+    queries = [{"name": "load", "query": "node_load1", "step": "2 minutes"}]
+    with pytest.raises(SpecError) as caught:
+        services.campaign_apply(data=campaign_data(telemetry={"groups": [], "prometheus": queries}))
+    assert caught.value.field == "telemetry.prometheus[0].step"
+    assert str(caught.value) == (
+        "telemetry.prometheus[0].step: must be a duration such as 1s, 500ms or 1ms, got '2 minutes'"
+    )
+
+
+def test_a_bad_file_of_default_prometheus_queries_fails_the_system_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.conf import settings
+
+    from telemetry.apps import check_prometheus_queries
+
+    path = tmp_path / "queries.yaml"
+    path.write_text("- {name: up, query: up, step: -1s}\n")
+    monkeypatch.setitem(settings.RACKBENCH, "PROMETHEUS_QUERIES", str(path))
+
+    (error,) = check_prometheus_queries()
+
+    assert error.id == "telemetry.E001"
+    assert error.msg.startswith("RACKBENCH_PROMETHEUS_QUERIES[0].step: must be a duration")
+    path.write_text("- {name: up, query: up, step: 15s}\n")
+    assert check_prometheus_queries() == []
 
 
 def test_telemetry_under_slurm_is_refused(db: None) -> None:

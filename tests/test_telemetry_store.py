@@ -5,15 +5,20 @@ Timings live in bench/telemetry_ingest.py; here only what is deterministic, the 
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from campaigns.models import Campaign, Result, Run
+from campaigns.services import run_provenance_merge
 from telemetry import codec, selectors, services
 from telemetry.models import Chunk, Series, SeriesKind
 
@@ -233,6 +238,45 @@ def test_it_appends_after_the_last_sample_and_keeps_rates_across_appends(run: Ru
         append(run, ts[-1:], values[-1:])
 
 
+def test_it_appends_without_decoding_the_series_last_chunk(run: Run, small_chunks: int, decodes: list[int]) -> None:
+    ts, values = link_counter(1500)
+    for part in np.array_split(np.arange(1500), 5):
+        series = append(run, ts[part], values[part])
+    assert decodes == []
+    series.refresh_from_db()
+    assert (series.last_ns, series.last_value) == (ts[-1], values[-1])
+    decoded = [codec.decode(c.data) for c in series.chunks.order_by("seq")]
+    assert [(d.prev_t_ns, d.prev_value) for d in decoded[1:]] == [
+        (ts[i - 1], values[i - 1]) for i in range(300, 1500, 300)
+    ]
+
+
+def test_it_decodes_the_last_chunk_of_a_series_stored_without_its_last_value(
+    run: Run, small_chunks: int, decodes: list[int]
+) -> None:
+    ts, values = link_counter(1500)
+    series = append(run, ts[:700], values[:700])
+    Series.objects.filter(pk=series.pk).update(last_value=None)  # as the rows stored before it was kept
+
+    series = append(run, ts[700:], values[700:])
+
+    assert decodes == [700]
+    window = selectors.series_window(series=series, max_points=5000)
+    assert np.allclose(window.max, rates(ts, values)[1])
+
+
+def test_it_carries_any_last_value_exactly_into_the_next_chunk(run: Run) -> None:
+    floats = [0.1, 1 / 3, 2.0**-1074, 1.7976931348623157e308, -12345.678901234567]
+    integers = [2**53 + 1, 2**63 - 1, -(2**63)]
+    for name, numbers in (("gpu.power", floats), ("mem.used", integers)):
+        for i, number in enumerate(numbers):
+            append(run, [START_NS + i * MS], np.array([number]), kind=SeriesKind.GAUGE, name=name)
+        series = Series.objects.get(run=run, name=name)
+        assert series.last_value == numbers[-1] and type(series.last_value) is type(numbers[-1])
+        carried = [codec.decode(c.data).prev_value for c in series.chunks.order_by("seq")[1:]]
+        assert carried == numbers[:-1]
+
+
 @pytest.mark.parametrize(
     ("ts", "values", "message"),
     [
@@ -416,6 +460,94 @@ def test_it_records_summaries_as_results_of_the_run(counter: tuple[Series, np.nd
     peak = results["rdma.rx_bytes.max"]
     assert (peak.host, peak.labels, peak.unit) == ("node0", {"nic": "mlx5_0"}, "B/s")
     assert peak.value == pytest.approx(rates(ts, values)[1].max())
+
+
+def test_it_replaces_earlier_summaries_in_one_statement(run: Run) -> None:
+    kept = [
+        Result.objects.create(run=run, name="bw", value=1.0, unit="B/s", host="node0", labels={"nic": "mlx5_0"}),
+        Result.objects.create(run=run, name="rdma.rx_bytes.max", value=1.0, unit="B/s", host="node0"),
+        Result.objects.create(run=run, name="rdma.rx_bytes.max", value=1.0, unit="B/s", host="node1"),
+    ]  # none of them a summary of one of the run's series
+    for nic in range(3):
+        append(run, [1, 2, 3], [10, 20, 40], labels={"nic": f"mlx5_{nic}"})
+    services.run_telemetry_summarize(run=run)
+
+    with CaptureQueriesContext(connection) as queries:
+        services.run_telemetry_summarize(run=run)
+
+    deletes = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("DELETE")]
+    assert len(deletes) == 1
+    summaries = Result.objects.filter(run=run, host="node0", labels__has_key="nic", name__startswith="rdma.")
+    assert summaries.count() == 9
+    assert Result.objects.filter(pk__in=[r.pk for r in kept]).count() == 3
+
+
+# Provenance
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_noting_a_run_s_provenance_at_once_keep_each_other_s_notes() -> None:
+    """The telemetry collection and a Prometheus pull end together, each on its own connection: the second waits
+    for the first one's row lock, instead of merging into what it read before the first one wrote."""
+    campaign = Campaign.objects.create(name="provenance")
+    run = Run.objects.create(campaign=campaign, sequence=1, point=0, repetition=1, provenance={"params": {"bs": 1}})
+    first_inside, second_started, second_done = threading.Event(), threading.Event(), threading.Event()
+    second_pid: list[int] = []
+    failures: list[BaseException] = []
+
+    def backend_pid() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            return int(cursor.fetchone()[0])
+
+    def second_waits_for_me() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid() = ANY(pg_blocking_pids(%s))", [second_pid[0]])
+            return bool(cursor.fetchone()[0])
+
+    def collected(provenance: dict[str, Any]) -> None:
+        first_inside.set()
+        second_started.wait(30)
+        deadline = time.monotonic() + 30  # a safety net: the loop ends as soon as the second writer is seen
+        while not second_done.is_set() and not second_waits_for_me() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        provenance["telemetry"] = {**provenance.get("telemetry", {}), "collected": {"series": 24}}
+
+    def in_thread(work: Callable[[], None]) -> threading.Thread:
+        def target() -> None:
+            try:
+                work()
+            except BaseException as exc:  # noqa: BLE001 - reported by the test below
+                failures.append(exc)
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=target)
+        thread.start()
+        return thread
+
+    def pull() -> None:
+        second_pid.append(backend_pid())
+        second_started.set()
+        services.run_telemetry_note(run_id=run.pk, key="prometheus", outcome={"series": 2, "warnings": ["down"]})
+        second_done.set()
+
+    first = in_thread(lambda: run_provenance_merge(run_id=run.pk, update=collected))
+    assert first_inside.wait(30)
+    second = in_thread(pull)
+    first.join(60)
+    second.join(60)
+
+    assert not failures
+    run.refresh_from_db()
+    assert run.provenance == {
+        "params": {"bs": 1},
+        "telemetry": {
+            "collected": {"series": 24},
+            "prometheus": {"series": 2, "warnings": ["down"]},
+            "warnings": ["prometheus: down"],
+        },
+    }
 
 
 # Admin
