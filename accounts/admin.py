@@ -24,9 +24,22 @@ class TeamAdmin(admin.ModelAdmin):
 
 
 class ApiTokenForm(forms.ModelForm):
+    """Refuses here, on the form, what ``token_create`` would refuse: the admin saves and logs only a valid form."""
+
     class Meta:
         model = ApiToken
         fields = ["user", "team", "name", "scope", "expires_at"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data  # a missing or invalid field is already reported
+        try:
+            services.token_check(user=data["user"], team=data["team"], name=data["name"], scope=data["scope"],
+                                 expires_at=data.get("expires_at"))  # fmt: skip
+        except services.AccountError as exc:
+            self.add_error(exc.field if exc.field in self.fields else None, exc.message)
+        return data
 
 
 @admin.register(ApiToken)
@@ -44,14 +57,12 @@ class ApiTokenAdmin(admin.ModelAdmin):
         return obj is None and super().has_change_permission(request, obj)
 
     def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
-        try:
-            issued = services.token_create(
-                user=obj.user, team=obj.team, name=obj.name, scope=obj.scope, expires_at=obj.expires_at
-            )
-        except services.AccountError as exc:
-            messages.error(request, exc.message)
-            return
+        issued = services.token_create(
+            user=obj.user, team=obj.team, name=obj.name, scope=obj.scope, expires_at=obj.expires_at
+        )
+        # The admin goes on with ``obj`` (log entry, redirect): make it the row the service created.
         obj.pk = issued.token.pk
+        obj.refresh_from_db()
         messages.warning(request, f"Copy the token now, it is not shown again: {issued.secret}")
 
     @admin.action(description="Revoke the selected tokens")

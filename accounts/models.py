@@ -24,6 +24,9 @@ class Team(models.Model):
 
 class Membership(models.Model):
     class Role(models.TextChoices):
+        """Nothing is reserved to a team's admins yet: every member changes the team's campaigns and inventory
+        (inventory.selectors.inventory_can_change says why)."""
+
         MEMBER = "member"
         ADMIN = "admin"
 

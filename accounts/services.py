@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -14,6 +14,7 @@ from django.utils import timezone
 from accounts.models import ApiToken, Membership, Team, TokenScope
 
 TOKEN_PREFIX = "rbk"
+TOKEN_MAX_DAYS = 3650  # ten years; a timedelta of far more overflows
 
 
 class AccountError(ValueError):
@@ -50,10 +51,17 @@ class IssuedToken:
     secret: str  # shown once, never stored
 
 
-def token_create(
-    *, user: Any, team: Team, name: str, scope: str = TokenScope.READ, expires_at: datetime | None = None
-) -> IssuedToken:
-    """A new token for ``user`` acting in ``team``; the secret is returned once and only its digest is kept."""
+def token_expires_at(*, days: int | None) -> datetime | None:
+    """When a token created now to last ``days`` days stops working; no number of days: never."""
+    if days is None:
+        return None
+    if not 1 <= days <= TOKEN_MAX_DAYS:
+        raise AccountError(f"a token lasts from 1 to {TOKEN_MAX_DAYS} days", field="expires_days")
+    return timezone.now() + timedelta(days=days)
+
+
+def token_check(*, user: Any, team: Team, name: str, scope: str, expires_at: datetime | None) -> None:
+    """Raise AccountError unless ``token_create`` would issue this token (forms check before they save)."""
     if scope not in TokenScope.values:
         raise AccountError(f"scope must be one of {', '.join(TokenScope.values)}", field="scope")
     if not name.strip():
@@ -62,6 +70,13 @@ def token_create(
         raise AccountError(f"{user} is not a member of team {team}", field="team")
     if expires_at is not None and expires_at <= timezone.now():
         raise AccountError("the expiry must be in the future", field="expires_at")
+
+
+def token_create(
+    *, user: Any, team: Team, name: str, scope: str = TokenScope.READ, expires_at: datetime | None = None
+) -> IssuedToken:
+    """A new token for ``user`` acting in ``team``; the secret is returned once and only its digest is kept."""
+    token_check(user=user, team=team, name=name, scope=scope, expires_at=expires_at)
     with transaction.atomic():
         prefix = secrets.token_hex(6)
         secret = f"{TOKEN_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from accounts import services
@@ -21,11 +18,11 @@ def token_list(request: HttpRequest) -> HttpResponse:
     form = TokenForm(request.POST or None, user=request.user)
     secret = None
     if request.method == "POST" and form.is_valid():
-        days = form.cleaned_data["expires_days"]
+        data = form.cleaned_data
         try:
             secret = services.token_create(
-                user=request.user, team=form.cleaned_data["team"], name=form.cleaned_data["name"],
-                scope=form.cleaned_data["scope"], expires_at=timezone.now() + timedelta(days=days) if days else None,
+                user=request.user, team=data["team"], name=data["name"], scope=data["scope"],
+                expires_at=services.token_expires_at(days=data["expires_days"]),
             ).secret  # fmt: skip
         except services.AccountError as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)

@@ -15,8 +15,9 @@ from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import CursorPagination
+from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -26,6 +27,7 @@ from accounts.selectors import Scope, scope_for
 from api import filters, serializers
 from api.errors import error
 from api.models import IdempotentRequest
+from api.permissions import InventoryChangePermission, inventory_check_create
 from campaigns import baselines, selectors, services
 from campaigns.models import Baseline, Campaign, CampaignStatus, Result, Run, Verdict
 from campaigns.presets import preset_get, preset_list
@@ -51,21 +53,17 @@ class ScopedMixin:
         return {**super().get_serializer_context(), "scope": self.scope}  # type: ignore[misc]
 
 
-class SharedInventoryGuard(ScopedMixin):
-    """Shared inventory (no team) is changed by staff in the admin; a team changes its own."""
+class InventoryGuard(ScopedMixin):
+    """Nodes and storage systems: seen through the scope, changed by whom ``inventory_can_change`` names."""
+
+    def get_permissions(self) -> list[BasePermission]:
+        return [*super().get_permissions(), InventoryChangePermission()]  # type: ignore[misc]
 
     def perform_create(self, serializer: Any) -> None:
-        """A new node or storage system goes in the caller's team (``team`` names one when it has several); only
-        a superuser creates shared inventory, as only one may change it."""
+        """A new node or storage system goes in the caller's team (``team`` names one when it has several)."""
         team = team_for_new(self.scope, self.request.data.get("team"))  # type: ignore[attr-defined]
-        if team is None and not self.request.user.is_superuser:  # type: ignore[attr-defined]
-            raise PermissionDenied("shared inventory is created by staff, in the admin; join a team to add your own")
+        inventory_check_create(user=self.request.user, obj=serializer.Meta.model(team=team))  # type: ignore[attr-defined]
         serializer.save(team=team)
-
-    def check_object_permissions(self, request: Request, obj: Any) -> None:
-        super().check_object_permissions(request, obj)  # type: ignore[misc]
-        if request.method not in ("GET", "HEAD", "OPTIONS") and obj.team_id is None and not request.user.is_superuser:
-            raise PermissionDenied("shared inventory is changed by staff, in the admin")
 
 
 def team_for_new(scope: Scope, name: str | None) -> Team | None:
@@ -83,7 +81,7 @@ def team_for_new(scope: Scope, name: str | None) -> Team | None:
     return scope.team
 
 
-class NodeViewSet(SharedInventoryGuard, viewsets.ModelViewSet):
+class NodeViewSet(InventoryGuard, viewsets.ModelViewSet):
     """Compute nodes. Filters: ``status``, ``role``, ``tag``, ``gpu_model``, ``site``, ``name``."""
 
     serializer_class = serializers.NodeSerializer
@@ -118,7 +116,7 @@ class CredentialViewSet(ScopedMixin, viewsets.ReadOnlyModelViewSet):
         return self.scope.filter(Credential.objects.select_related("team")).order_by("name")
 
 
-class StorageSystemViewSet(SharedInventoryGuard, viewsets.ModelViewSet):
+class StorageSystemViewSet(InventoryGuard, viewsets.ModelViewSet):
     serializer_class = serializers.StorageSystemSerializer
     filterset_class = filters.StorageFilter
 
@@ -437,8 +435,8 @@ class VerdictViewSet(ScopedMixin, viewsets.ReadOnlyModelViewSet):
 
 class CompareView(ScopedMixin, APIView):
     """Side by side against the first: ``?campaigns=1,2``, ``?runs=10,11`` or ``?points=1:0,2:0``
-    (campaign:point). Each change is judged against the spread of the repetitions (``threshold_pct``,
-    ``alpha``)."""
+    (campaign:point), mixed in any order (the /compare/ page's ``campaign=``, ``run=``, ``point=`` too). Each change
+    is judged against the spread of the repetitions (``threshold_pct``, ``alpha``)."""
 
     @extend_schema(
         parameters=[OpenApiParameter(n, str, required=False) for n in ("campaigns", "runs", "points")]

@@ -1,4 +1,8 @@
-"""Django admin for the inventory. Credentials and host keys change only through inventory.services."""
+"""Django admin for the inventory. Credentials and host keys change only through inventory.services.
+
+Staff change here what Django's model permissions allow them, in every team: that is the staff part of
+``inventory.selectors.inventory_can_change``, the rule the API and the pages follow.
+"""
 
 from __future__ import annotations
 

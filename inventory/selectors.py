@@ -1,22 +1,38 @@
-"""Reads of the inventory used by views and the API."""
+"""Reads of the inventory used by views and the API, and the one rule for who may change it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import QuerySet
 
+from accounts.models import Membership
 from inventory.models import Node, StorageSystem
 
 
-def node_list(*, status: str | None = None, tag: str | None = None, gpu_model: str | None = None) -> QuerySet[Node]:
-    nodes = Node.objects.select_related("site", "credential").prefetch_related("tags")
-    if status:
-        nodes = nodes.filter(status=status)
-    if tag:
-        nodes = nodes.filter(tags__name=tag)  # tag names are unique: the join cannot duplicate a node
-    if gpu_model:
-        nodes = nodes.filter(gpu_model=gpu_model)
-    return nodes
+def node_list() -> QuerySet[Node]:
+    """Every node with what its lists show; filtering is inventory.filters' and api.filters' (django-filter)."""
+    return Node.objects.select_related("site", "credential").prefetch_related("tags")
 
 
 def storage_list() -> QuerySet[StorageSystem]:
     return StorageSystem.objects.select_related("site", "admin_credential")
+
+
+def inventory_can_change(*, user: Any, obj: Node | StorageSystem) -> bool:
+    """Whether ``user`` may change ``obj`` (create, edit or delete it, collect its facts). The API, the node page and
+    its "Collect facts" ask this; ``obj`` may be unsaved (a creation, its team set).
+
+    - A team's node or storage system: any member of the team, whatever their role. A member already launches
+      campaigns that run benchmarks over SSH on the team's nodes; keeping the record of the hardware they benchmark
+      up to date (a new node from a CI pipeline, a node in maintenance, its facts after a driver bump) is less than
+      that, and reserving it to the team's admins would only stall the engineers who own that hardware.
+    - Shared inventory (no team, e.g. the built-in lab): every team uses it, so no team changes it.
+    - Staff holding the admin's permission to change that kind of object (``inventory.change_node``, ...) and
+      superusers change any of it, shared or not: whom the admin, which is not per team, lets change it there.
+    """
+    if not getattr(user, "is_authenticated", False) or not user.is_active:
+        return False
+    if user.is_superuser or (user.is_staff and user.has_perm(f"inventory.change_{obj._meta.model_name}")):
+        return True
+    return obj.team_id is not None and Membership.objects.filter(team_id=obj.team_id, user=user).exists()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from functools import partial
-from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -13,7 +12,6 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from accounts.models import Membership
 from accounts.selectors import visible
 from inventory import selectors
 from inventory.filters import NodeFilter
@@ -38,27 +36,17 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "interfaces": node.interfaces.all(),
         "campaigns": visible(node.campaigns.order_by("-created_at"), request=request)[:20],
         "facts_json": json.dumps(node.facts, indent=2, sort_keys=True),
-        "can_collect": can_collect_facts(request.user, node),
+        "can_change": selectors.inventory_can_change(user=request.user, obj=node),
     }
     return render(request, "inventory/node_detail.html", context)
-
-
-def can_collect_facts(user: Any, node: Node) -> bool:
-    """Staff, or an admin of the node's team; a shared node (no team) is changed by staff only."""
-    if getattr(user, "is_staff", False):
-        return True
-    return (
-        node.team_id is not None
-        and Membership.objects.filter(team_id=node.team_id, user=user, role=Membership.Role.ADMIN).exists()
-    )
 
 
 @login_required
 @require_POST
 def node_collect_facts(request: HttpRequest, pk: int) -> HttpResponse:
     node = get_object_or_404(visible(Node.objects.all(), request=request), pk=pk)
-    if not can_collect_facts(request.user, node):
-        who = "staff" if node.team_id is None else f"staff or an admin of team {node.team}"
+    if not selectors.inventory_can_change(user=request.user, obj=node):
+        who = "staff" if node.team_id is None else f"staff or a member of team {node.team}"
         messages.error(request, f"Only {who} may collect the facts of {node.name}.")
     else:
         transaction.on_commit(partial(collect_facts_task.delay, node.pk))

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import io
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.contrib.admin.models import ADDITION, LogEntry
 from django.core.management import CommandError, call_command
 from django.test import Client
 
 from accounts.models import ApiToken, TokenScope
-from accounts.services import AccountError, digest, token_authenticate, token_create
+from accounts.services import AccountError, digest, token_authenticate, token_create, token_expires_at
 from campaigns.services import campaign_apply
 from inventory.services import node_upsert
 
@@ -94,6 +96,49 @@ def test_it_creates_a_token_in_the_admin_and_shows_the_secret_once(admin_client:
     assert response.status_code == 200
     secret = re.search(r"rbk_[0-9a-f]{12}_[\w-]+", response.content.decode())
     assert secret is not None and token_authenticate(secret=secret.group(0)) is not None
+    token = ApiToken.objects.get()
+    entry = LogEntry.objects.get()  # the addition is logged once, for the row that was created
+    assert (entry.action_flag, entry.object_id, entry.object_repr) == (ADDITION, str(token.pk), str(token))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("who", "expires_at", "field", "message"),
+    [("outsider", None, "team", "outsider is not a member of team blue"),
+     ("owner", "2001-01-01 00:00:00", "expires_at", "the expiry must be in the future")],
+)  # fmt: skip
+def test_the_admin_refuses_a_token_on_its_form_and_logs_nothing(
+    admin_client: Any, owner: Any, outsider: Any, team: Any, who: str, expires_at: str | None, field: str,
+    message: str,
+) -> None:  # fmt: skip
+    user = {"owner": owner, "outsider": outsider}[who]
+    data = {"user": user.pk, "team": team.pk, "name": "ci", "scope": "read", "expires_at_0": "", "expires_at_1": ""}
+    if expires_at:
+        data["expires_at_0"], data["expires_at_1"] = expires_at.split()
+    response = admin_client.post("/admin/accounts/apitoken/add/", data)
+    assert response.status_code == 200  # the form again, not a redirect to the list
+    assert response.context["adminform"].form.errors == {field: [message]}
+    assert "was added successfully" not in response.content.decode()
+    assert not ApiToken.objects.exists() and not LogEntry.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_page_and_the_command_count_a_tokens_days_alike(owner: Any, team: Any) -> None:
+    signed_in(owner).post("/accounts/tokens/", {"name": "page", "team": team.pk, "scope": "read", "expires_days": "30"})
+    call_command("token", "create", "--user", "owner", "--team", "blue", "--name", "command", "--expires-days", "30",
+                 stdout=io.StringIO())  # fmt: skip
+    for token in ApiToken.objects.all():
+        assert token.expires_at is not None
+        assert abs(token.expires_at - token.created_at - timedelta(days=30)) < timedelta(minutes=1), token.name
+    assert ApiToken.objects.count() == 2
+    for days in ("0", "3651"):
+        with pytest.raises(CommandError, match="a token lasts from 1 to 3650 days"):
+            call_command("token", "create", "--user", "owner", "--team", "blue", "--name", "x", "--expires-days", days)
+        page = signed_in(owner).post("/accounts/tokens/", {"name": "x", "team": team.pk, "scope": "read",
+                                                           "expires_days": days})  # fmt: skip
+        assert page.context["form"].errors.keys() == {"expires_days"}
+    assert token_expires_at(days=None) is None
+    assert ApiToken.objects.count() == 2
 
 
 @pytest.mark.django_db

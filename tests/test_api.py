@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 import yaml
+from django.contrib.auth.models import Permission
+from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -246,6 +248,80 @@ def test_it_never_lets_a_member_create_shared_inventory(
     response = api.post("/api/v1/nodes/", {"name": "two", "address": "10.0.4.2", "team": "red"}, format="json")
     assert response.status_code == 201 and response.json()["team"] == "red"
     assert not Node.objects.filter(team=None).exists()
+
+
+def persona(name: str, request: Any, django_user_model: Any) -> Any:
+    """A conftest persona (member, owner: the team's admin, outsider), or staff with or without the admin's
+    permission to change nodes and storage systems, or a superuser; these three are in no team."""
+    if name == "superuser":
+        return django_user_model.objects.create_superuser("root")
+    if name.startswith("staff"):
+        user = django_user_model.objects.create_user(name, is_staff=True)
+        codenames = ["change_node", "change_storagesystem"] if name == "staff" else ["view_node"]
+        user.user_permissions.set(Permission.objects.filter(content_type__app_label="inventory",
+                                                            codename__in=codenames))  # fmt: skip
+        return user
+    return request.getfixturevalue(name)
+
+
+# Whether each persona changes (True), is refused (False) or does not even see (None) a node or storage system of
+# team blue, then a shared one.
+MAY_CHANGE = {
+    "member": (True, False),
+    "owner": (True, False),
+    "outsider": (None, False),
+    "staff": (None, True),  # may change any node in the admin, but blue's are none of its business here: 404
+    "staff-without-permission": (None, False),
+    "superuser": (True, True),
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("who", list(MAY_CHANGE))
+def test_the_api_and_the_node_page_agree_on_who_changes_inventory(
+    who: str, request: Any, team: Any, django_user_model: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    client = client_for(persona(who, request, django_user_model))  # a session: the API and the pages alike
+    blue = (node_upsert(name="blue1", address="10.0.5.1", team=team), storage_upsert(name="nas-blue", team=team))
+    shared = (node_upsert(name="shared1", address="10.0.5.2"), storage_upsert(name="nas-shared"))
+    for (node, storage), expected in zip((blue, shared), MAY_CHANGE[who], strict=True):
+        changes = [
+            client.patch(f"/api/v1/nodes/{node.pk}/", {"status": "maintenance"}, format="json"),
+            client.patch(f"/api/v1/storage-systems/{storage.pk}/", {"export_path": "/x"}, format="json"),
+        ]
+        page = client.get(reverse("inventory:node-detail", args=[node.pk]))
+        with django_capture_on_commit_callbacks() as queued:
+            collect = client.post(reverse("inventory:node-collect-facts", args=[node.pk]))
+        node.refresh_from_db()
+        storage.refresh_from_db()
+        if expected is None:
+            assert [r.status_code for r in [*changes, page, collect]] == [404] * 4, node.name
+        else:
+            assert [r.status_code for r in changes] == [200 if expected else 403] * 2, node.name
+            assert ("Collect facts</button>" in page.content.decode()) is expected, node.name
+            assert len(queued) == int(expected), node.name
+        assert (node.status, storage.export_path) == (("maintenance", "/x") if expected else ("active", "")), node.name
+        assert client.delete(f"/api/v1/nodes/{node.pk}/").status_code == {True: 204, False: 403, None: 404}[expected]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("who", "created"),
+    [("member", "blue"), ("owner", "blue"), ("outsider", "red"), ("staff", None), ("staff-without-permission", 403),
+     ("superuser", None)],
+)  # fmt: skip
+def test_a_member_creates_inventory_in_their_team_and_staff_create_shared_inventory(
+    who: str, created: str | int | None, request: Any, team: Any, django_user_model: Any
+) -> None:
+    client = client_for(persona(who, request, django_user_model))
+    response = client.post("/api/v1/nodes/", {"name": "new1", "address": "10.0.6.1"}, format="json")
+    storage = client.post("/api/v1/storage-systems/", {"name": "nas-new", "kind": "nfs"}, format="json")
+    if created == 403:
+        assert (response.status_code, storage.status_code) == (403, 403)
+        assert "staff" in response.json()["message"] and not Node.objects.exists()
+    else:
+        assert (response.status_code, storage.status_code) == (201, 201), response.json()
+        assert response.json()["team"] == storage.json()["team"] == created
 
 
 @pytest.mark.django_db

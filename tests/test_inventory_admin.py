@@ -8,6 +8,7 @@ from unittest import mock
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
+from django.contrib.auth.models import Permission
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
@@ -91,14 +92,11 @@ def test_the_node_list_filters_by_gpu_model_and_tag(admin_client: Client, invent
     assert "cpu01" in admin_client.get(url, {"q": "cpu01"}).content.decode()
 
 
-def test_node_list_filters_and_prefetches_tags(inventory: dict[str, Any], django_assert_num_queries: Any) -> None:
+def test_the_node_list_selector_prefetches_tags(inventory: dict[str, Any], django_assert_num_queries: Any) -> None:
     services.node_upsert(name="cpu01", address="10.0.0.50", status="maintenance", tags=["cpu", "rack-2"])
     with django_assert_num_queries(2):  # nodes (with site and credential), then all their tags
         tags = {node.name: sorted(t.name for t in node.tags.all()) for node in selectors.node_list()}
     assert tags == {"cpu01": ["cpu", "rack-2"], "gpu01": ["a100"]}
-    assert [n.name for n in selectors.node_list(status="maintenance")] == ["cpu01"]
-    assert [n.name for n in selectors.node_list(tag="a100")] == ["gpu01"]
-    assert [n.name for n in selectors.node_list(gpu_model="NVIDIA A100")] == ["gpu01"]
     assert [s.name for s in selectors.storage_list()] == ["nfs1"]
 
 
@@ -238,6 +236,25 @@ def test_collect_facts_queues_one_task_per_selected_node_after_commit(
         response = admin_client.post(reverse("admin:inventory_node_changelist"), selected, follow=True)
     assert sorted(call.args[0] for call in delay.call_args_list) == sorted([inventory["node"].pk, other.pk])
     assert "Queued fact collection for 2 node(s)." in response.content.decode()
+
+
+@pytest.mark.parametrize(("codenames", "allowed"), [(["view_node"], False), (["view_node", "change_node"], True)])
+def test_the_admin_and_the_node_page_let_the_same_staff_collect_facts(
+    client: Client, inventory: dict[str, Any], django_user_model: Any, django_capture_on_commit_callbacks: Any,
+    codenames: list[str], allowed: bool,
+) -> None:  # fmt: skip
+    node = inventory["node"]  # shared (no team): only staff who may change nodes change it
+    user = django_user_model.objects.create_user("ops", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(content_type__app_label="inventory", codename__in=codenames))
+    client.force_login(user)
+    with django_capture_on_commit_callbacks() as from_admin:
+        client.post(
+            reverse("admin:inventory_node_changelist"), {"action": "collect_facts", "_selected_action": [node.pk]}
+        )
+    with django_capture_on_commit_callbacks() as from_page:
+        client.post(reverse("inventory:node-collect-facts", args=[node.pk]))
+    page = client.get(reverse("inventory:node-detail", args=[node.pk])).content.decode()
+    assert (len(from_admin), len(from_page), "Collect facts</button>" in page) == (int(allowed), int(allowed), allowed)
 
 
 # --- importing nodes -------------------------------------------------------------------------------

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils import timezone
 
 from accounts import services
 from accounts.models import ApiToken, Team, TokenScope
@@ -40,10 +38,7 @@ class Command(BaseCommand):
         team = Team.objects.filter(name=opts["team"]).first()
         if user is None or team is None:
             raise CommandError(f"no user {opts['user']!r}" if user is None else f"no team {opts['team']!r}")
-        days = opts["expires_days"]
-        if days is not None and days < 1:
-            raise CommandError("--expires-days must be 1 or more")
-        expires = timezone.now() + timedelta(days=days) if days else None
+        expires = services.token_expires_at(days=opts["expires_days"])
         issued = services.token_create(user=user, team=team, name=opts["name"], scope=opts["scope"],
                                        expires_at=expires)  # fmt: skip
         self.stdout.write(issued.secret)
