@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from collections.abc import Collection
+from typing import Any
+
 from django.core.validators import MinValueValidator
 from django.db import models
 
@@ -85,12 +88,19 @@ class Node(models.Model):
     facts = models.JSONField(default=dict, blank=True)
     facts_collected_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    status_loaded: str | None = None  # not a field: the status as read from the database
 
     class Meta:
         ordering = ["name"]
 
     def __str__(self) -> str:
         return self.name
+
+    @classmethod
+    def from_db(cls, db: str | None, field_names: Collection[str], values: Collection[Any], **kwargs: Any) -> Node:
+        node = super().from_db(db, field_names, values, **kwargs)
+        node.status_loaded = node.__dict__.get("status")  # what a save changes it from (campaigns/signals.py)
+        return node
 
     @property
     def login_user(self) -> str:

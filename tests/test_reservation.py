@@ -325,3 +325,26 @@ def test_the_reconciler_resends_a_lost_kill_and_frees_the_nodes_of_a_lost_teardo
     assert counts["kills resent"] == 1 and resent.call_args.args == (run.pk,)
     assert counts["released"] == 1 and held(torn) == set()
     assert held(killed) == {"n1"}  # its kill is still to be done
+
+
+def test_a_node_set_back_to_active_wakes_the_campaign_waiting_for_it_at_once(
+    nodes: dict[str, Node], django_capture_on_commit_callbacks: Any
+) -> None:
+    holder = launch("holder", ["n1"])
+    assert advance(holder) == "started"
+    waiting = launch("waiting", ["n1", "n2"])
+    Node.objects.filter(name="n1").update(status=NodeStatus.MAINTENANCE)
+    cancel(holder)
+    assert advance(waiting) == "waiting"
+
+    n2 = Node.objects.get(name="n2")
+    with django_capture_on_commit_callbacks() as unchanged:
+        n2.save()  # saved, but it was active already
+    n1 = Node.objects.get(name="n1")
+    n1.status = NodeStatus.ACTIVE
+    with django_capture_on_commit_callbacks() as woken:
+        n1.save()  # as the admin and the API save it
+
+    assert unchanged == []
+    assert [callback.args for callback in woken] == [(waiting.pk,)]
+    assert campaign_advance_task.apply(args=(waiting.pk,)).get() == "started" and held(waiting) == {"n1", "n2"}
