@@ -127,6 +127,10 @@ class Run(models.Model):
     # An ended run whose processes are still being killed on its hosts: its campaign starts nothing else, and
     # gives its nodes back, only once the kill is done (no run measures beside another's leftovers).
     kill_pending = models.BooleanField(default=False)
+    # While a run is active and its campaign page is open, each poll stores the last lines of its first main
+    # host's output here ({host, text, error, at}), so that the web process never opens an SSH connection.
+    live_log = models.JSONField(default=dict, blank=True)
+    live_log_wanted_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
     stdout_tail = models.TextField(blank=True)
     stderr_tail = models.TextField(blank=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -274,28 +274,22 @@ def campaign_grid(*, campaign: Campaign, runs: list[Run]) -> list[dict[str, Any]
     return [rows[p] for p in sorted(rows)]
 
 
-def run_live_log(*, run: Run, lines: int = 40, limit: int = 16_384) -> dict[str, Any]:
-    """The last ``lines`` lines of the output of a run's first main host: read over SSH from the run's
-    directory while the run is active (the worker stores the output only when it collects), from the
-    database afterwards. Never raises for an unreachable host: the reason is returned instead."""
-    from runners import remote, ssh
-
-    rows = list(run.hosts.select_related("node__credential").order_by("host"))
+def run_live_log(*, run: Run, lines: int = 40) -> dict[str, Any]:
+    """The last ``lines`` lines of the output of a run's first main host: while the run is active, what its poll
+    task last stored (``services.run_live_log_watch`` asks for it; ``at`` says when it was read); afterwards its
+    whole stored output. Never touches the host."""
+    rows = list(run.hosts.order_by("host"))
     hosts = [h for h in rows if h.command] or rows
     if not hosts:
-        return {"host": "", "text": "", "error": ""}
+        return {"host": "", "text": "", "error": "", "at": None}
     host = hosts[0]
-    if run.is_terminal or not host.remote_dir or host.node is None:
+    if run.is_terminal or not host.remote_dir:
         text = host.stdout + (f"\n{host.stderr}" if host.stderr else "")
-        return {"host": host.host, "text": _last(text, lines), "error": ""}
-    try:
-        target = remote.node_target(host.node)
-        out = target.get(f"{host.remote_dir}/stdout", limit=limit) or b""
-        err = target.get(f"{host.remote_dir}/stderr", limit=limit) or b""
-    except (ssh.SSHError, OSError) as exc:
-        return {"host": host.host, "text": "", "error": f"the log cannot be read now: {exc}"}
-    text = out.decode(errors="replace") + (f"\n{err.decode(errors='replace')}" if err else "")
-    return {"host": host.host, "text": _last(text, lines), "error": ""}
+        return {"host": host.host, "text": _last(text, lines), "error": "", "at": None}
+    live = Run.objects.values_list("live_log", flat=True).get(pk=run.pk)
+    text = live.get("stdout", "") + (f"\n{live['stderr']}" if live.get("stderr") else "")
+    at = datetime.fromisoformat(live["at"]) if live.get("at") else None
+    return {"host": live.get("host") or host.host, "text": _last(text, lines), "error": live.get("error", ""), "at": at}
 
 
 def _last(text: str, lines: int) -> str:

@@ -609,6 +609,11 @@ def run_new_poll_token(*, run_id: int) -> str:
     return token
 
 
+def run_live_log_watch(*, run_id: int) -> None:
+    """Someone watches the run's output: its poll task stores the end of it for a while (runners.execution)."""
+    Run.objects.filter(pk=run_id).update(live_log_wanted_at=timezone.now())
+
+
 def run_provenance_merge(*, run_id: int, update: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     """Change the run's provenance under a row lock: ``update`` changes the stored provenance in place, and what it
     leaves is saved and returned.

@@ -131,6 +131,8 @@ def _live_context(campaign: Campaign, page: str | None = None) -> dict[str, Any]
     runs = Paginator(selectors.campaign_runs(campaign=campaign), RUNS_PER_PAGE).get_page(page)
     progress = selectors.progress_of(dict(Counter(r.status for r in cells)))  # a Counter answers 0 to .items
     active = next((r for r in cells if r.status in RUN_ACTIVE), None)
+    if active is not None:
+        services.run_live_log_watch(run_id=active.pk)
     return {
         "campaign": campaign,
         "progress": progress,

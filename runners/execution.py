@@ -578,6 +578,7 @@ def run_poll(run: Run) -> PollOutcome:
     if login is not None:
         host, job_id = _slurm_job(run, login)
         state = slurm.job_state(login, job_id, host.row.remote_dir)
+        store_live_log(run, login, host)
         return PollOutcome(finished=state.finished, vanished=[])
     hosts = main_targets(run)
     states = remote.fan_out(hosts, lambda h: remote.job_state(h.target, h.row.remote_dir))
@@ -585,8 +586,31 @@ def run_poll(run: Run) -> PollOutcome:
     for host, state in zip(hosts, states, strict=True):
         if state.pid and host.row.pid != state.pid:
             RunHost.objects.filter(pk=host.row.pk).update(pid=state.pid)
+    if hosts:
+        store_live_log(run, hosts[0].target, hosts[0])
     vanished = [h.row.host for h, state in zip(hosts, states, strict=True) if state.vanished]
     return PollOutcome(finished=all(s.finished for s in states), vanished=vanished)
+
+
+LIVE_LOG_WANTED_FOR = 10.0  # seconds since a campaign page last asked (it asks every 2 s while open)
+LIVE_LOG_BYTES = 16_384  # of stdout and of stderr: enough for the 40 lines the page shows
+
+
+def store_live_log(run: Run, target: remote.Target, host: RunTarget) -> None:
+    """While the run's campaign page is open, store the end of ``host``'s output (read from ``target``: the host,
+    or the Slurm login node) for it: the page reads the database, never the host. A read that fails keeps the
+    last text and says why; the poll goes on."""
+    wanted = run.live_log_wanted_at
+    if wanted is None or (timezone.now() - wanted).total_seconds() > LIVE_LOG_WANTED_FOR:
+        return
+    log: dict[str, Any] = {"host": host.row.host, "at": timezone.now().isoformat(), "error": ""}
+    try:
+        for name in ("stdout", "stderr"):
+            data = target.get(f"{host.row.remote_dir}/{name}", limit=LIVE_LOG_BYTES) or b""
+            log[name] = data.decode(errors="replace")
+    except ssh.SSHError as exc:
+        log = {**run.live_log, "host": host.row.host, "error": f"the log could not be read at {log['at']}: {exc}"}
+    Run.objects.filter(pk=run.pk).update(live_log=log)
 
 
 @dataclass

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import html
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import yaml
@@ -15,6 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from campaigns import services
 from campaigns.models import Campaign, CampaignStatus, Result, Run, RunStatus
 from campaigns.services import campaign_apply, campaign_launch
 from inventory.services import node_upsert
@@ -195,7 +198,7 @@ def test_it_watches_a_real_campaign_on_the_lab_until_done(lab: dict[str, Any], w
 
     partial = wait_for(live, timeout=60, what="a run to be active on the campaign page")
     assert 'hx-trigger="every 2s"' in partial and 'id="progress"' in partial
-    assert "cannot be read" not in partial  # the live log is read from the lab node over SSH
+    assert "could not be read" not in partial
     finished(campaign, timeout=120)
     assert campaign.status == CampaignStatus.SUCCEEDED, list(campaign.runs.values_list("error", flat=True))
     response = client.get(url(campaign), headers=HX)
@@ -204,3 +207,38 @@ def test_it_watches_a_real_campaign_on_the_lab_until_done(lab: dict[str, Any], w
     assert 'data-done="2" data-total="2"' in partial and partial.count('class="cell status-succeeded"') == 2
     page = client.get(url(campaign)).content.decode()
     assert "Ended" in page and "read_bw_bytes" in page
+
+
+@pytest.mark.lab
+@pytest.mark.worker
+def test_the_page_shows_the_running_runs_output_as_the_worker_read_it(
+    lab: dict[str, Any], worker: Any, owner: Any
+) -> None:
+    """The poll task reads the output's end while the page is open; the page itself never opens SSH."""
+    data = fio("live-log", ("lab1",), repetitions=1, matrix={"rw": ["read"]},
+               fixed={"bs": "4k", "size": "4M", "runtime": 60, "time_based": 1})  # fmt: skip
+    campaign = campaign_launch(campaign=campaign_apply(data=data))
+    run = campaign.runs.get()
+    wait_for(lambda: Run.objects.get(pk=run.pk).status == RunStatus.RUNNING, what="the run to be running")
+    client = signed_in(owner)
+    marker = f"progress line {run.uid}"
+    with open(Path(run.hosts.get().remote_dir) / "stdout", "a") as out:  # the lab node's directory is local
+        out.write(f"{marker}\n")
+
+    def shown() -> str | None:
+        with mock.patch("runners.remote.pool", side_effect=AssertionError("the web process opened SSH")):
+            partial = html.unescape(client.get(url(campaign), headers=HX).content.decode())
+        return partial if marker in partial else None
+
+    partial = wait_for(shown, timeout=30, what="the output line to reach the page")
+    assert "last lines of the output on lab1, read at" in partial
+    assert Run.objects.get(pk=run.pk).live_log["host"] == "lab1"
+    services.campaign_cancel(campaign=campaign)
+    assert finished(campaign).status == CampaignStatus.CANCELLED
+
+
+def test_a_run_nobody_watches_has_no_output_read_for_the_page(owner: Any, running: Campaign) -> None:
+    run = running.runs.get(status=RunStatus.RUNNING)
+    assert run.live_log_wanted_at is None  # the poll task reads nothing for it
+    signed_in(owner).get(url(running), headers=HX)
+    assert Run.objects.get(pk=run.pk).live_log_wanted_at is not None
