@@ -751,7 +751,8 @@ def run_kill(run: Run) -> None:
 
 def run_keep_output(run: Run) -> None:
     """Store what a stopped run printed and sampled (best effort: a host that cannot be reached keeps nothing)."""
-    hosts = main_targets(run)
+    targets = run_targets(run, started=True)
+    hosts = [h for h in targets if h.row.command]  # main_targets
     login = slurm_login(run)
     outputs = remote.fan_out(hosts, lambda h: remote.job_output(login or h.target, h.row.remote_dir))
     kept = [(h.row, o) for h, o in zip(hosts, outputs, strict=True) if not isinstance(o, BaseException)]
@@ -760,4 +761,4 @@ def run_keep_output(run: Run) -> None:
     Run.objects.filter(pk=run.pk).update(
         stdout_tail=_tails([(r.host, o[0]) for r, o in kept]), stderr_tail=_tails([(r.host, o[1]) for r, o in kept])
     )
-    telemetry.collect(run, run_targets(run, started=True))
+    telemetry.collect(run, targets)
