@@ -63,21 +63,31 @@ class Figure:
         return [PALETTE[(i if ln.color_of is None else ln.color_of) % len(PALETTE)] for i, ln in enumerate(self.lines)]
 
     def as_json(self) -> dict[str, Any]:
-        """uPlot's aligned data: one x array (every line's x values, merged) and one y array per line (null gaps)."""
+        """uPlot's aligned data: one x array (every line's x values, merged) and one y array per line (null gaps).
+
+        A line's ``low``/``high`` go with its series, aligned on the same x array: a min/max band (``band``) for a
+        downsampled line, an error bar per point (mean ± stdev) otherwise; the SVG draws the same.
+        """
         xs = sorted({x for line in self.lines for x in line.x})
         index = {x: i for i, x in enumerate(xs)}
-        data: list[list[float | None]] = [list(xs)]
-        for line in self.lines:
-            ys: list[float | None] = [None] * len(xs)
-            for x, y in zip(line.x, line.y, strict=True):
-                ys[index[x]] = y
-            data.append(ys)
+
+        def aligned(line: Line, values: list[float]) -> list[float | None]:
+            out: list[float | None] = [None] * len(xs)
+            for x, v in zip(line.x, values, strict=True):
+                out[index[x]] = v
+            return out
+
         colors = self.colors()
+        series = []
+        for i, line in enumerate(self.lines):
+            entry: dict[str, Any] = {"label": line.label, "color": colors[i], "dashed": line.dashed}
+            if line.low is not None and line.high is not None:
+                entry.update(band=line.banded, low=aligned(line, line.low), high=aligned(line, line.high))
+            series.append(entry)
         return {
             "title": self.title, "x_label": self.x_label, "y_label": self.y_label, "x_log": self.x_log,
-            "x_unit": self.x_unit, "data": data,
-            "series": [{"label": ln.label, "color": colors[i], "dashed": ln.dashed} for i, ln in enumerate(self.lines)],
-            "references": [{"label": label, "y": y} for label, y in self.references],
+            "x_unit": self.x_unit, "data": [list(xs), *(aligned(line, line.y) for line in self.lines)],
+            "series": series, "references": [{"label": label, "y": y} for label, y in self.references],
         }  # fmt: skip
 
 

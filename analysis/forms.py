@@ -1,7 +1,9 @@
-"""Reading the analysis pages' GET parameters. A bad value becomes a message on the page, never a traceback.
+"""Reading the analysis pages' and the compare API's GET parameters. A bad value becomes a ``Problem``: a message on
+the page, a 400 in the API; never a traceback.
 
-Sets to compare come in the order written, whatever their kind (the first one is the reference):
-``campaign=ID`` (a whole campaign), ``point=CAMPAIGN:POINT`` (one matrix point of it), ``run=ID`` (one run).
+Sets to compare come in the order written, whatever their kind (the first one is the reference): ``campaign=ID`` (a
+whole campaign), ``point=CAMPAIGN:POINT`` (one matrix point of it), ``run=ID`` (one run). Each key may be repeated
+or plural with comma-separated values (``campaigns=1,2``, ``runs=10,11``, ``points=1:0,2:0``, the API's spelling).
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
-from django.http import HttpRequest, QueryDict
+from django.http import QueryDict
 
 from campaigns import verdicts
 
 MAX_SETS = 12
-PICK_KINDS = ("campaign", "point", "run")
+PICK_KEYS = {"campaign": "campaign", "campaigns": "campaign", "point": "point", "points": "point", "run": "run",
+             "runs": "run"}  # fmt: skip
+POLICY_KEYS = {"threshold": "threshold_pct", "threshold_pct": "threshold_pct", "alpha": "alpha"}
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(i?b?)\s*", re.IGNORECASE)
 _SIZE_FACTORS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
@@ -29,23 +33,37 @@ class Pick:
     point: int | None = None
 
 
-def picks(request: HttpRequest) -> tuple[list[Pick], list[str]]:
-    """The sets asked for, in the order of the query string, and a message per value that is not one."""
+@dataclass(frozen=True)
+class Problem:
+    """A parameter that is not what it should be: ``field`` is the key as written, ``message`` says why."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def picks(query_string: str) -> tuple[list[Pick], list[Problem]]:
+    """The sets asked for, in the order of the query string (which a QueryDict loses across keys), without
+    duplicates, and a problem per value that is not one."""
     found: list[Pick] = []
-    errors: list[str] = []
-    for key, value in parse_qsl(request.META.get("QUERY_STRING", ""), keep_blank_values=False):
-        if key not in PICK_KINDS:
+    problems: list[Problem] = []
+    for key, raw in parse_qsl(query_string, keep_blank_values=False):
+        kind = PICK_KEYS.get(key)
+        if kind is None:
             continue
-        pick = _pick(key, value.strip())
-        if pick is None:
-            shape = "CAMPAIGN:POINT, two whole numbers such as 3:5" if key == "point" else "a whole number"
-            errors.append(f"{key}={value!r} is not {shape}")
-        elif pick not in found:
-            found.append(pick)
-    if len(found) > MAX_SETS:
-        errors.append(f"at most {MAX_SETS} sets can be compared at once; the first {MAX_SETS} are shown")
+        for value in filter(None, (part.strip() for part in raw.split(","))):
+            pick = _pick(kind, value)
+            if pick is None:
+                shape = "CAMPAIGN:POINT, two whole numbers such as 3:5" if kind == "point" else "a whole number"
+                problems.append(Problem(key, f"{key}={value!r} is not {shape}"))
+            elif pick not in found:
+                found.append(pick)
+    if len(found) > MAX_SETS:  # the page goes on with the first ones, the API refuses
+        problems.append(Problem("campaigns", f"at most {MAX_SETS} sets can be compared at once, got {len(found)}"))
         found = found[:MAX_SETS]
-    return found, errors
+    return found, problems
 
 
 def _pick(kind: str, value: str) -> Pick | None:
@@ -108,15 +126,27 @@ def parse_size(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def policy(query: QueryDict, errors: list[str]) -> verdicts.Policy:
-    """The verdict policy of a comparison: the default one, or the threshold asked for (``threshold=5``)."""
-    raw = query.get("threshold", "").strip()
-    if not raw:
-        return verdicts.Policy()
+def policy(query: QueryDict, problems: list[Problem]) -> verdicts.Policy:
+    """The verdict policy of a comparison, built by ``Policy.from_mapping``: the default one, or the threshold
+    (``threshold=5``, or the API's ``threshold_pct=5``) and ``alpha`` asked for. A bad value is a problem named
+    after the key as written, and the default policy stands."""
+    settings: dict[str, float] = {}
+    written: dict[str, str] = {}
+    for key, name in POLICY_KEYS.items():
+        raw = query.get(key, "").strip()
+        if not raw or name in settings:
+            continue
+        try:
+            settings[name] = float(raw)
+        except ValueError:
+            problems.append(Problem(key, f"{key}: must be a number, got {raw!r}"))
+            return verdicts.Policy()
+        written[name] = key
     try:
-        return verdicts.Policy(threshold_pct=float(raw))
-    except (ValueError, verdicts.PolicyError) as exc:
-        errors.append(f"threshold: {getattr(exc, 'message', None) or 'must be a number ≥ 0 (a percentage)'}")
+        return verdicts.Policy.from_mapping(settings)
+    except verdicts.PolicyError as exc:
+        key = written.get(exc.field, exc.field)
+        problems.append(Problem(key, f"{key}: {exc.message}"))
         return verdicts.Policy()
 
 

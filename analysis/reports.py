@@ -117,15 +117,24 @@ def x_title(x: str) -> str:
     return {selectors.X_HOSTS: "nodes (hosts per run)", selectors.X_GPUS: "GPUs"}.get(x, x)
 
 
+def x_axis(stats: list[selectors.PointStat], x: str, *, asked: bool) -> str:
+    """The x axis: as asked; by default GPUs, or nodes when the inventory counts no GPUs on the runs' nodes."""
+    if asked or x != selectors.X_GPUS or any(s.gpus for s in stats):
+        return x
+    return selectors.X_HOSTS
+
+
 def _error_bars(points: list[selectors.PointStat]) -> tuple[list[float], list[float]]:
     return [p.mean - (p.stdev or 0) for p in points], [p.mean + (p.stdev or 0) for p in points]
 
 
 def scaling_report(
-    *, campaigns: list[Campaign], metric: str, x: str, where: dict[str, str]
-) -> tuple[charts.Figure, Table]:
+    *, campaigns: list[Campaign], metric: str, x: str, where: dict[str, str], x_asked: bool = True
+) -> tuple[charts.Figure, Table, str]:
+    """The chart and table of the metric against x (and the x taken: see x_axis), from statistics read once."""
     stats = [s for s in selectors.point_stats(campaign_ids=[c.pk for c in campaigns], metric=metric)
              if all(str(s.params.get(k)) == v for k, v in where.items())]  # fmt: skip
+    x = x_axis(stats, x, asked=x_asked)
     unit = stats[0].unit if stats else ""
     table = Table("scaling", f"{metric} against {x_title(x)}",
                   ["series", x_title(x), f"{metric} mean", "stdev", "n", "linear", "efficiency %", "unit"])  # fmt: skip
@@ -146,7 +155,7 @@ def scaling_report(
             lines.append(charts.Line(f"{series.label} · linear", [s.x for s in scaled], [s.ideal for s in scaled],
                                      dashed=True, color_of=index))  # fmt: skip
     figure = charts.Figure(f"{metric} against {x_title(x)}", x_title(x), _with_unit(metric, unit), lines)
-    return figure, table
+    return figure, table, x
 
 
 def _with_unit(metric: str, unit: str) -> str:
@@ -191,6 +200,7 @@ class StorageInputs:
     per_gpu_mbps: float | None = None
     per_node_mbps: float | None = None
     gpus: int | None = None
+    record_size_entered: bool = False  # typed in the form: a what-if, computed at every point
 
 
 @dataclass
@@ -204,41 +214,99 @@ class StorageReport:
     measured_metric: str
     defaults: dict[str, Any]
     notes: list[str]
+    x: str = selectors.X_GPUS
+    source: str = ""  # which demand figures the table holds: the runs' own, computed, or both
 
 
-def storage_report(*, campaign: Campaign | None, metric: str | None, x: str, inputs: StorageInputs) -> StorageReport:
+@dataclass(frozen=True)
+class PointDemand:
+    mbps: float | None
+    gpus: float | None
+    per_gpu: float | None
+    stored: bool  # mbps is the runs' own storage_mb_per_sec
+    own_gpus: bool  # gpus is the runs' own count (images_per_sec / images_per_sec_per_gpu), not the inventory's
+
+
+def point_demand(stat: selectors.PointStat, *, metric: str, stored: dict[str, float], record: float | None,
+                 entered: bool) -> PointDemand:  # fmt: skip
+    """A point's storage demand and MB/s per GPU. A training run stores both as results (storage_mb_per_sec and
+    images_per_sec_per_gpu, derived from the record size and GPU count of its own launch), so they are read where
+    the runs have them; where not (older runs, imported logs), or for a record size typed as a what-if, the demand
+    is images/s x record size and the GPUs are those the inventory counts on the runs' nodes."""
+    own = metric == selectors.THROUGHPUT
+    rate = stored.get(selectors.STORED_PER_GPU) if own else None
+    gpus = stat.mean / rate if rate else stat.gpus
+    mbps = stored.get(selectors.STORED_DEMAND) if own and not entered else None
+    from_runs = mbps is not None
+    if mbps is None and record:
+        mbps = calculations.demand_mb_per_sec(stat.mean, record)
+    return PointDemand(mbps, gpus or None, mbps / gpus if mbps is not None and gpus else None, from_runs, bool(rate))
+
+
+def _demand_source(demands: list[PointDemand], *, record: float | None, entered: bool) -> str:
+    """One sentence saying where the demand figures come from."""
+    stored = sum(d.stored for d in demands)
+    own_gpus = sum(d.own_gpus for d in demands)
+    computed = sum(d.mbps is not None and not d.stored for d in demands)
+    parts = []
+    if stored:
+        where = "every point" if stored == len(demands) else f"{stored} of {len(demands)} points"
+        parts.append(f"Demand at {where} is the runs' own {selectors.STORED_DEMAND}.")
+    if computed:
+        size = f"{record:,.0f} B" if record else ""
+        why = f"the record size entered ({size})" if entered else f"the campaign's record size ({size})"
+        where = "every point" if computed == len(demands) else f"{computed} point{'s' if computed > 1 else ''}"
+        parts.append(f"Demand at {where} is computed: images/s × {why}.")
+    if own_gpus == len(demands):
+        parts.append(f"MB/s per GPU divides by the runs' own GPU count (images/s ÷ {selectors.STORED_PER_GPU}).")
+    elif own_gpus:
+        parts.append(f"MB/s per GPU divides by the runs' own GPU count (images/s ÷ {selectors.STORED_PER_GPU}) at "
+                     f"{own_gpus} of {len(demands)} points, elsewhere by the GPUs the inventory counts on the runs' "
+                     "nodes.")  # fmt: skip
+    elif any(d.per_gpu is not None for d in demands):
+        parts.append("MB/s per GPU divides by the GPUs the inventory counts on the runs' nodes.")
+    return " ".join(parts)
+
+
+def storage_report(
+    *, campaign: Campaign | None, metric: str | None, x: str, inputs: StorageInputs, x_asked: bool = True
+) -> StorageReport:
     """The campaign's demand against the storage's rated and measured throughput, and the sizing calculator (which
-    also works with no campaign, from the numbers typed in)."""
+    also works with no campaign, from the numbers typed in). Every statistic is read once, whichever x it takes."""
     notes: list[str] = []
-    stats = selectors.point_stats(campaign_ids=[campaign.pk], metric=metric) if campaign and metric else []
+    ids = [campaign.pk] if campaign else []
+    stats = selectors.point_stats(campaign_ids=ids, metric=metric) if campaign and metric else []
+    x = x_axis(stats, x, asked=x_asked)
+    stored = selectors.point_means(campaign_ids=ids, metrics=selectors.STORED_METRICS) if stats else {}
     record = inputs.record_size_bytes
-    if record is None and campaign:
+    demands = {}
+    for p in stats:
+        key = (p.campaign_id, p.point)
+        demands[key] = point_demand(p, metric=metric or "", stored=stored.get(key, {}), record=record,
+                                    entered=inputs.record_size_entered)  # fmt: skip
+    if record is None and any(d.mbps is None for d in demands.values()):
         notes.append("Enter the data set's mean record size to turn images/s into MB/s (seed 000: 115 KB).")
     measured = selectors.measured_throughput(campaign=inputs.measured) if inputs.measured else None
     if inputs.measured and measured is None:
         notes.append(f"Campaign {inputs.measured.name} has no read throughput to measure storage by "
                      f"(a fio or storage_read campaign with succeeded runs is needed).")  # fmt: skip
     rated = inputs.storage.rated_read_mbps if inputs.storage else None
-    columns = ["series", x_title(x), f"{metric or 'metric'} mean", "demand MB/s", "GPUs", "MB/s per GPU", "% of rated",
-               "% of measured"]  # fmt: skip
+    columns = ["series", x_title(x), f"{metric or 'metric'} mean", "demand MB/s", "GPUs per run", "MB/s per GPU",
+               "% of rated", "% of measured", "demand from"]  # fmt: skip
     table = Table("demand", "Storage throughput demanded", columns)
     lines = []
-    per_gpu_max = None
-    most_gpus = None
+    drawn: list[PointDemand] = []
     for series in _split(stats, [campaign] if campaign else [], x):
         ys = []
         for x_, p in zip(series.xs, series.points, strict=True):
-            demand = calculations.demand_mb_per_sec(p.mean, record) if record else None
-            per_gpu = demand / p.gpus if demand is not None and p.gpus else None
-            if per_gpu is not None and (per_gpu_max is None or per_gpu > per_gpu_max):
-                per_gpu_max = per_gpu
-            if p.gpus:
-                most_gpus = max(most_gpus or 0, int(round(p.gpus)))
-            table.rows.append([series.label, x_, p.mean, demand, p.gpus or None, per_gpu,
-                               100 * demand / rated if demand is not None and rated else None,
-                               100 * demand / measured[0] if demand is not None and measured else None])  # fmt: skip
-            ys.append(demand)
-        if record:
+            d = demands[(p.campaign_id, p.point)]
+            drawn.append(d)
+            table.rows.append([series.label, x_, p.mean, d.mbps, d.gpus, d.per_gpu,
+                               100 * d.mbps / rated if d.mbps is not None and rated else None,
+                               100 * d.mbps / measured[0] if d.mbps is not None and measured else None,
+                               "run" if d.stored else "computed" if d.mbps is not None else None])  # fmt: skip
+            ys.append(d.mbps)
+        if any(y is not None for y in ys):
             lines.append(charts.Line(f"{series.label} · demand", series.xs, [y or 0.0 for y in ys]))
     references = []
     if rated and inputs.storage:
@@ -249,10 +317,12 @@ def storage_report(*, campaign: Campaign | None, metric: str | None, x: str, inp
 
     node_count = inputs.storage.node_count if inputs.storage else 1
     source = measured[0] if measured else rated
+    per_gpus = [d.per_gpu for d in drawn if d.per_gpu is not None]
+    gpu_counts = [int(round(d.gpus)) for d in drawn if d.gpus]
     defaults = {
-        "per_gpu_mbps": per_gpu_max,
+        "per_gpu_mbps": max(per_gpus, default=None),
         "per_node_mbps": source / max(node_count, 1) if source else None,
-        "gpus": most_gpus,
+        "gpus": max(gpu_counts, default=None),
     }
     per_gpu = inputs.per_gpu_mbps or defaults["per_gpu_mbps"]
     per_node = inputs.per_node_mbps or defaults["per_node_mbps"]
@@ -276,4 +346,5 @@ def storage_report(*, campaign: Campaign | None, metric: str | None, x: str, inp
         reference.rows = [[r["demand"], r["workload"], r["per_gpu_mbps"], r["gpus_per_node"]]
                           for r in calculations.reference_table(per_node)]  # fmt: skip
     return StorageReport(figure, table, result, sizing_table, reference, measured[0] if measured else None,
-                         measured[1] if measured else "", defaults, notes)  # fmt: skip
+                         measured[1] if measured else "", defaults, notes, x,
+                         _demand_source(drawn, record=record, entered=inputs.record_size_entered))  # fmt: skip

@@ -17,13 +17,18 @@ from accounts.selectors import visible
 from analysis.forms import Pick, parse_size
 from campaigns.models import Campaign, Result, Run, RunHost, RunStatus
 from inventory.models import StorageSystem
+from runners.benchmarks import training
 
 CAMPAIGN_CHOICES = 300  # newest visible campaigns offered in a picker (selected ones always are)
 POINT_CHOICES = 200  # matrix points offered per selected campaign
+CompareSet = tuple[str, Campaign, list[int] | None]  # label, campaign, its chosen runs (None: all of them)
 X_HOSTS = "node-count"  # x: the number of hosts (nodes) a run used
 X_GPUS = "node-gpus"  # x: the GPUs of those hosts, as the inventory counts them
 SIZE_KEYS = frozenset({"bs", "size_bytes", "block_size", "blocksize", "length", "record_size", "record_size_bytes"})
 STORAGE_METRICS = {"fio": ("read_bw_bytes", 1e-6), "storage_read": ("read_mb_per_sec", 1.0)}  # metric, to MB/s
+# A training run's own throughput and what its plug-in derives from it (runners/benchmarks/training.py)
+THROUGHPUT, STORED_PER_GPU, STORED_DEMAND = (spec.name for spec in training.TRAINING_METRICS)
+STORED_METRICS = (STORED_DEMAND, STORED_PER_GPU)
 SUCCEEDED = Q(run__status=RunStatus.SUCCEEDED, run__is_warmup=False)
 
 
@@ -79,10 +84,12 @@ def point_params(*, campaign_ids: list[int]) -> dict[tuple[int, int], dict[str, 
 # --- sets to compare ---------------------------------------------------------------------------------------------
 
 
-def compare_sets(*, request: HttpRequest, picks: list[Pick]) -> list[tuple[str, Campaign, list[int] | None]]:
-    """(label, campaign, run ids or None for all of it) per pick, for campaigns.selectors.compare.
+def compare_sets(*, request: HttpRequest, picks: list[Pick]) -> list[CompareSet]:
+    """(label, campaign, run ids or None for all of it) per pick, in order, for campaigns.selectors.compare: the
+    /compare/ page's and the compare API's sets, labelled alike, in three queries whatever the number of picks.
 
-    A campaign or run the user may not see is a 404, like one that does not exist.
+    A campaign, run or point the user may not see is a 404 (Http404, which the API answers in its error shape),
+    like one that does not exist.
     """
     run_ids = [p.id for p in picks if p.kind == "run"]
     runs = {r.pk: r for r in visible(Run.objects.filter(pk__in=run_ids), request=request, field="campaign__team")}
@@ -105,7 +112,7 @@ def compare_sets(*, request: HttpRequest, picks: list[Pick]) -> list[tuple[str, 
         ):
             by_point.setdefault((cid, point), []).append(rid)
             params[(cid, point)] = p
-    sets: list[tuple[str, Campaign, list[int] | None]] = []
+    sets: list[CompareSet] = []
     for pick in picks:
         if pick.kind == "campaign":
             sets.append((campaigns[pick.id].name, campaigns[pick.id], None))
@@ -267,12 +274,32 @@ def storage_by_id(*, request: HttpRequest, pk: int) -> StorageSystem:
 
 
 def measured_throughput(*, campaign: Campaign) -> tuple[float, str] | None:
-    """The best read throughput (MB/s) a storage campaign measured: its best point's mean, and the metric."""
+    """The best read throughput (MB/s) a storage campaign measured: its best point's mean (the max of the points'
+    means, in one query), and the metric."""
     metric, factor = STORAGE_METRICS.get(campaign.kind, (None, 0.0))
     if metric is None:
         return None
-    best = max((s.mean for s in point_stats(campaign_ids=[campaign.pk], metric=metric)), default=None)
+    best = (
+        Result.objects.filter(SUCCEEDED, run__campaign_id=campaign.pk, name=metric, host="", labels={})
+        .values("run__point")
+        .annotate(mean=Avg("value"))
+        .aggregate(best=Max("mean"))["best"]
+    )
     return (best * factor, metric) if best is not None else None
+
+
+def point_means(*, campaign_ids: list[int], metrics: tuple[str, ...]) -> dict[tuple[int, int], dict[str, float]]:
+    """The means of a few aggregate metrics (across hosts, no labels) by (campaign, point), in one query: what a
+    point's runs stored beside the metric drawn (a training run's storage_mb_per_sec, images_per_sec_per_gpu)."""
+    rows = (
+        Result.objects.filter(SUCCEEDED, run__campaign_id__in=campaign_ids, name__in=metrics, host="", labels={})
+        .values("run__campaign_id", "run__point", "name")
+        .annotate(mean=Avg("value"))
+    )
+    out: dict[tuple[int, int], dict[str, float]] = {}
+    for r in rows:
+        out.setdefault((r["run__campaign_id"], r["run__point"]), {})[r["name"]] = r["mean"]
+    return out
 
 
 def record_size_default(campaign: Campaign) -> float | None:

@@ -65,8 +65,9 @@ def index(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def compare(request: HttpRequest) -> HttpResponse:
-    picks, errors = forms.picks(request)
-    policy = forms.policy(request.GET, errors)
+    picks, problems = forms.picks(request.META.get("QUERY_STRING", ""))
+    policy = forms.policy(request.GET, problems)
+    errors = [str(p) for p in problems]
     sets = selectors.compare_sets(request=request, picks=picks)
     context = _base(request, list(dict.fromkeys(c for _, c, _ in sets)), errors)
     picked = {f"{p.id}:{p.point}" for p in picks if p.kind == "point"}
@@ -98,10 +99,8 @@ def scaling(request: HttpRequest) -> HttpResponse:
     context.update(metrics=metrics, metric=metric, x_choices=x_choices, x=x, where=where)
     figure, tables = None, []
     if campaigns and metric:
-        figure, table = reports.scaling_report(campaigns=campaigns, metric=metric, x=x, where=where)
-        if not table.rows and x == selectors.X_GPUS and "x" not in request.GET:  # no GPUs in the inventory: nodes
-            context["x"] = x = selectors.X_HOSTS
-            figure, table = reports.scaling_report(campaigns=campaigns, metric=metric, x=x, where=where)
+        figure, table, context["x"] = reports.scaling_report(campaigns=campaigns, metric=metric, x=x, where=where,
+                                                             x_asked="x" in request.GET)  # fmt: skip
         tables.append(table)
     return _render(request, "analysis/scaling.html", context, name="scaling", tables=tables, figure=figure)
 
@@ -153,17 +152,15 @@ def storage(request: HttpRequest) -> HttpResponse:
     record = forms.positive_number(request.GET, "record_size", "the mean record size", errors)
     inputs = reports.StorageInputs(
         record_size_bytes=record or (selectors.record_size_default(campaign) if campaign else None),
+        record_size_entered=record is not None,
         storage=storage or (campaign.storage if campaign else None),
         measured=measured[0] if measured else None,
         per_gpu_mbps=forms.positive_number(request.GET, "per_gpu", "MB/s per GPU", errors),
         per_node_mbps=forms.positive_number(request.GET, "per_node", "MB/s per storage node", errors),
         gpus=forms.whole_number(request.GET, "gpus", "the number of GPUs", errors, low=1, high=1_000_000),
     )
-    report = reports.storage_report(campaign=campaign, metric=metric, x=x, inputs=inputs)
-    if campaign and not report.demand.rows and x == selectors.X_GPUS and "x" not in request.GET:
-        x = selectors.X_HOSTS  # the inventory counts no GPUs on these nodes: against nodes instead
-        report = reports.storage_report(campaign=campaign, metric=metric, x=x, inputs=inputs)
-    context.update(metrics=metrics, metric=metric, x=x, x_choices=x_choices, inputs=inputs, report=report)
+    report = reports.storage_report(campaign=campaign, metric=metric, x=x, inputs=inputs, x_asked="x" in request.GET)
+    context.update(metrics=metrics, metric=metric, x=report.x, x_choices=x_choices, inputs=inputs, report=report)
     tables = (
         [report.demand, report.sizing_table, report.reference] if campaign else [report.sizing_table, report.reference]
     )

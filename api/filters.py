@@ -8,9 +8,12 @@ from typing import Any
 import django_filters as df
 from django.db.models import QuerySet
 from django.http import QueryDict
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import ValidationError
 
-from accounts.selectors import Scope
+from analysis import forms as analysis_forms
+from analysis import selectors as analysis_selectors
+from analysis.selectors import CompareSet
+from campaigns import verdicts
 from campaigns.models import Baseline, Campaign, CampaignStatus, Result, Run, RunStatus, Verdict, VerdictOutcome
 from inventory.models import Interface, Node, NodeRole, NodeStatus, StorageKind, StorageSystem
 
@@ -115,51 +118,18 @@ def by_params(results: QuerySet[Result], query: QueryDict) -> QuerySet[Result]:
     return results
 
 
-def numbers(query: QueryDict, *names: str) -> dict[str, float]:
-    found = {}
-    for name in names:
-        if name in query:
-            try:
-                found[name] = float(query.get(name, ""))
-            except ValueError:
-                raise ValidationError({name: [f"must be a number, got {query.get(name)!r}"]}) from None
-    return found
-
-
-def _ids(query: QueryDict, name: str) -> list[str]:
-    return [part.strip() for part in query.get(name, "").split(",") if part.strip()]
-
-
-def _int(text: str, name: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ValidationError({name: [f"must be whole numbers separated by commas, got {text!r}"]}) from None
-
-
-def comparison_sets(query: QueryDict, scope: Scope) -> list[tuple[str, Campaign, list[int] | None]]:
-    """What ``/compare/`` puts side by side: whole campaigns, single runs, or matrix points (campaign:point)."""
-    visible = scope.filter(Campaign.objects.all())
-    sets: list[tuple[str, Campaign, list[int] | None]] = []
-    for text in _ids(query, "campaigns"):
-        campaign = visible.filter(pk=_int(text, "campaigns")).first()
-        if campaign is None:
-            raise NotFound(f"no campaign {text}")
-        sets.append((campaign.name, campaign, None))
-    for text in _ids(query, "runs"):
-        run = Run.objects.filter(pk=_int(text, "runs"), campaign__in=visible).select_related("campaign").first()
-        if run is None:
-            raise NotFound(f"no run {text}")
-        sets.append((f"{run.campaign.name} #{run.sequence}", run.campaign, [run.pk]))
-    for text in _ids(query, "points"):
-        campaign_id, _, point = text.partition(":")
-        campaign = visible.filter(pk=_int(campaign_id, "points")).first()
-        if campaign is None or not point:
-            raise NotFound(f"no matrix point {text} (campaign:point)")
-        runs = list(campaign.runs.filter(point=_int(point, "points"), is_warmup=False).values_list("pk", flat=True))
-        if not runs:
-            raise NotFound(f"campaign {campaign.name} has no point {point}")
-        sets.append((f"{campaign.name} point {point}", campaign, runs))
+def comparison_sets(request: Any) -> tuple[list[CompareSet], verdicts.Policy]:
+    """What ``/compare/`` puts side by side (whole campaigns, single runs, matrix points ``campaign:point``, in the
+    order written) and the policy judging it: the /compare/ page's parameters and selector
+    (analysis.forms, analysis.selectors.compare_sets), a bad value answered 400 and an unseen set 404."""
+    picks, problems = analysis_forms.picks(request.META.get("QUERY_STRING", ""))
+    policy = analysis_forms.policy(request.query_params, problems)
+    if problems:
+        found: dict[str, list[str]] = {}
+        for problem in problems:
+            found.setdefault(problem.field, []).append(problem.message)
+        raise ValidationError(found)
+    sets = analysis_selectors.compare_sets(request=request, picks=picks)
     if len(sets) < 2:
         raise ValidationError({"campaigns": ["give two or more campaigns, runs or points to compare"]})
-    return sets
+    return sets, policy

@@ -444,6 +444,5 @@ class CompareView(ScopedMixin, APIView):
         responses={200: dict},
     )
     def get(self, request: Request) -> Response:
-        sets = filters.comparison_sets(request.query_params, self.scope)
-        policy = baselines.verdicts.Policy.from_mapping(filters.numbers(request.query_params, "threshold_pct", "alpha"))
+        sets, policy = filters.comparison_sets(request)
         return Response(selectors.compare(sets=sets, policy=policy))

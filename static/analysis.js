@@ -51,20 +51,73 @@
     out.toBlob(function (blob) { download(blob, (spec.title || "chart").replace(/[^A-Za-z0-9_.-]+/g, "-") + ".png"); });
   }
 
+  function yRange(u, min, max, refs, bars) {  // from zero, holding the references and the visible error bars
+    var low = Math.min(0, min), high = Math.max.apply(null, [max].concat(refs)), xs = u.data[0];
+    var x0 = u.scales.x.min == null ? -Infinity : u.scales.x.min, x1 = u.scales.x.max == null ? Infinity : u.scales.x.max;
+    bars.forEach(function (bar) {
+      if (!u.series[bar.index].show) return;
+      for (var i = 0; i < xs.length; i++) {
+        if (xs[i] < x0 || xs[i] > x1 || bar.low[i] == null || bar.high[i] == null) continue;
+        low = Math.min(low, bar.low[i]);
+        high = Math.max(high, bar.high[i]);
+      }
+    });
+    return [low, high * 1.05];
+  }
+
+  function drawErrorBars(u, bars, holder) {  // mean ± stdev per point, as the server's SVG draws them
+    var ctx = u.ctx, xs = u.data[0], drawn = 0;
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(u.bbox.left, u.bbox.top, u.bbox.width, u.bbox.height);
+    ctx.clip();
+    ctx.lineWidth = DPR;
+    bars.forEach(function (bar) {
+      if (!u.series[bar.index].show) return;
+      ctx.strokeStyle = bar.color;
+      ctx.beginPath();
+      for (var i = 0; i < xs.length; i++) {
+        var low = bar.low[i], high = bar.high[i];
+        if (low == null || high == null || !(high > low)) continue;
+        var x = u.valToPos(xs[i], "x", true);
+        ctx.moveTo(x, u.valToPos(low, "y", true));
+        ctx.lineTo(x, u.valToPos(high, "y", true));
+        drawn++;
+      }
+      ctx.stroke();
+    });
+    ctx.restore();
+    holder.dataset.errorBars = String(drawn);
+  }
+
   function enhance(figure) {
     var node = document.getElementById(figure.dataset.chart), box = figure.querySelector(".chart-svg");
     if (!node || !box || !window.uPlot) return;
-    var spec = JSON.parse(node.textContent), binary = spec.x_unit === "B", data = spec.data;
-    if (spec.x_log) {  // a log axis has no place for x <= 0
-      var keep = data[0].map(function (x) { return x > 0; });
-      data = data.map(function (col) { return col.filter(function (_, i) { return keep[i]; }); });
-    }
-    var refs = spec.references.map(function (r) { return r.y; });
-    var series = [{ label: spec.x_label, value: function (u, v) { return fmt(v, binary); } }].concat(
-      spec.series.map(function (s) {
-        return { label: s.label, stroke: s.color, width: 2, dash: s.dashed ? [6, 4] : undefined, spanGaps: true,
-                 points: { show: !s.dashed }, value: function (u, v) { return fmt(v); } };
-      }));
+    var spec = JSON.parse(node.textContent), binary = spec.x_unit === "B";
+    var keep = spec.data[0].map(function (x) { return !spec.x_log || x > 0; });  // a log axis has no place for x <= 0
+    var kept = function (col) { return col.filter(function (_, i) { return keep[i]; }); };
+    var data = spec.data.map(kept), refs = spec.references.map(function (r) { return r.y; });
+    var series = [{ label: spec.x_label, value: function (u, v) { return fmt(v, binary); } }], bars = [], bands = [];
+    spec.series.forEach(function (s, i) {
+      var low = s.low ? kept(s.low) : null, high = s.high ? kept(s.high) : null;
+      series.push({
+        label: s.label, stroke: s.color, width: 2, dash: s.dashed ? [6, 4] : undefined, spanGaps: true,
+        points: { show: !s.dashed && !s.band },
+        value: function (u, v, si, di) {  // a point's spread after its mean, as in the SVG's error bar
+          var spread = !s.band && low && di != null && low[di] != null && high[di] > low[di];
+          return fmt(v) + (spread ? " (" + fmt(low[di]) + "–" + fmt(high[di]) + ")" : "");
+        }
+      });
+      if (low && high && !s.band) bars.push({ index: i + 1, color: s.color, low: low, high: high });
+    });
+    spec.series.forEach(function (s, i) {  // min/max bands of downsampled lines: two more series, filled between
+      if (!s.band || !s.low || !s.high) return;
+      var edge = { stroke: s.color + "66", width: 1, spanGaps: true, points: { show: false },
+                   value: function (u, v) { return fmt(v); } };
+      series.push(Object.assign({ label: s.label + " · max" }, edge), Object.assign({ label: s.label + " · min" }, edge));
+      data.push(kept(s.high), kept(s.low));
+      bands.push({ series: [series.length - 2, series.length - 1], fill: s.color + "4d" });
+    });
     var holder = document.createElement("div");
     holder.className = "chart-live";
     box.after(holder);
@@ -72,14 +125,15 @@
       width: Math.max(320, box.clientWidth || 800), height: 340, series: series,
       scales: {
         x: { time: false, distr: spec.x_log ? 3 : 1, log: binary ? 2 : 10 },
-        y: { range: function (u, min, max) { return [Math.min(0, min), Math.max.apply(null, [max].concat(refs)) * 1.05]; } }
+        y: { range: function (u, min, max) { return yRange(u, min, max, refs, bars); } }
       },
       axes: [
         { label: spec.x_label + (spec.x_log ? " (log scale)" : ""), values: function (u, v) { return v.map(function (x) { return fmt(x, binary); }); } },
         { label: spec.y_label, size: 70, values: function (u, v) { return v.map(function (y) { return fmt(y); }); } }
       ],
+      bands: bands,
       cursor: { drag: { x: true, y: false } },
-      hooks: { draw: [function (u) {
+      hooks: { draw: [function (u) { drawErrorBars(u, bars, holder); }, function (u) {
         spec.references.forEach(function (r) {
           var y = u.valToPos(r.y, "y", true), ctx = u.ctx;
           ctx.save();
@@ -98,6 +152,7 @@
       }] }
     };
     var plot = new window.uPlot(opts, data, holder);
+    holder.dataset.bands = String(bands.length);
     box.hidden = true;
     var tools = figure.querySelector(".chart-tools"), button = document.createElement("button");
     button.type = "button";

@@ -19,7 +19,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from analysis import calculations
+from analysis import calculations, selectors
 from campaigns.models import Campaign, CampaignStatus, Result, Run, RunHost, RunStatus
 from inventory.models import Node, StorageSystem
 from tests.conftest import launch_and_wait
@@ -120,6 +120,24 @@ def test_it_compares_matrix_points_and_single_runs(owner: Any, team: Any) -> Non
 
     assert "by-jobs · point 0 (numjobs=1)" in page and f"by-jobs · run #{single.sequence} (point 1)" in page
     assert "+200.0% worse" not in page and "+200.0% better" in cells(page, "bw_bytes")
+
+
+@pytest.mark.django_db
+def test_the_page_reads_the_apis_parameters_and_labels_every_set_as_the_api_does(owner: Any, team: Any) -> None:
+    c = campaign(team, "by-jobs", axes={"numjobs": [1, 4]})
+    runs(c, 0, {"numjobs": 1}, {"bw_bytes": [100, 102, 98]})
+    runs(c, 1, {"numjobs": 4}, {"bw_bytes": [300, 303, 297]})
+    single = Run.objects.filter(campaign=c, point=1).first()
+    assert single is not None
+    client = client_for(owner)
+    query = f"points={c.pk}:0&runs={single.pk}&threshold_pct=30"
+
+    page = client.get(f"/compare/?{query}").content.decode()
+    api = client.get(f"/api/v1/compare/?{query}").json()
+    labels = [column["label"] for column in api["columns"]]
+    assert labels == ["by-jobs · point 0 (numjobs=1)", f"by-jobs · run #{single.sequence} (point 1)"]
+    assert all(f'title="{label}"' in page for label in labels)
+    assert "+200.0% better" in cells(page, "bw_bytes") and 'name="threshold" step="any" min="0" value="30"' in page
 
 
 @pytest.mark.django_db
@@ -381,6 +399,63 @@ def test_it_draws_the_demand_against_rated_and_measured_throughput_and_sizes_fro
     rows = list(csv.DictReader(io.StringIO(client.get(url + "&per_node=3593.75&format=csv&table=reference")
                                            .content.decode())))  # fmt: skip
     assert [r["GPUs per storage node"] for r in rows] == ["35", "22", "11"]
+
+
+@pytest.mark.django_db
+def test_it_reads_the_demand_and_per_gpu_rate_the_training_runs_stored_and_computes_only_what_is_missing(
+    owner: Any, team: Any, dgx2: list[Node]
+) -> None:
+    # Each run used 8 of its DGX-2s' 16 GPUs and read records of its point's own size: only the runs know that.
+    c = campaign(team, "stored-demand", kind="tf_cnn_benchmarks", axes={"nodes": [1, 2, 3]},
+                 fixed={"record_size_bytes": 115000})  # fmt: skip
+    for point, n in enumerate((1, 2, 3)):
+        images = 1000.0 * 8 * n
+        stored = {"storage_mb_per_sec": [images * 0.2] * 2} if n < 3 else {}  # point 2: an older run, not stored
+        runs(c, point, {"nodes": n}, {"images_per_sec": [images] * 2, "images_per_sec_per_gpu": [1000.0] * 2,
+                                      **stored}, hosts=dgx2[:n])  # fmt: skip
+    client = client_for(owner)
+    url = f"/analysis/storage/?campaign={c.pk}"
+
+    rows = json.loads(client.get(url + "&format=json&table=demand").content)["rows"]
+    assert [r["GPUs"] for r in rows] == [16, 32, 48]  # the x axis: the GPUs of the runs' nodes
+    assert [r["GPUs per run"] for r in rows] == [8, 16, 24]  # what each run used: images/s ÷ images/s per GPU
+    assert [r["demand from"] for r in rows] == ["run", "run", "computed"]
+    assert [r["demand MB/s"] for r in rows] == pytest.approx([1600, 3200, 24000 * 0.115])
+    assert [r["MB/s per GPU"] for r in rows] == pytest.approx([200, 200, 115])  # over the runs' own 8n GPUs
+    page = client.get(url).content.decode()
+    assert "Demand at 2 of 3 points is the runs&#x27; own storage_mb_per_sec." in page
+    assert "Demand at 1 point is computed: images/s × the campaign&#x27;s record size (115,000 B)." in page
+    assert "MB/s per GPU divides by the runs&#x27; own GPU count (images/s ÷ images_per_sec_per_gpu)." in page
+    sizing = json.loads(client.get(url + "&per_node=3000&format=json&table=sizing").content)["rows"][0]
+    assert (sizing["MB/s per GPU"], sizing["GPUs"]) == (pytest.approx(200), 24)
+
+    what_if = json.loads(client.get(url + "&record_size=100000&format=json&table=demand").content)["rows"]
+    assert [r["demand from"] for r in what_if] == ["computed"] * 3  # a record size typed in: computed everywhere
+    assert [r["demand MB/s"] for r in what_if] == pytest.approx([800, 1600, 2400])
+
+
+@pytest.mark.django_db
+def test_the_storage_page_falls_back_to_nodes_from_statistics_read_once(owner: Any, team: Any) -> None:
+    lab = [Node.objects.create(name=f"lab{i}", address=f"10.0.1.{i}", team=team) for i in (1, 2)]  # no GPUs known
+    c = campaign(team, "no-gpus", kind="tf_cnn_benchmarks", axes={"nodes": [1, 2]}, fixed={"record_size_bytes": 1e5})
+    runs(c, 0, {"nodes": 1}, {"images_per_sec": [100.0, 110.0]}, hosts=lab[:1])
+    runs(c, 1, {"nodes": 2}, {"images_per_sec": [200.0, 220.0]}, hosts=lab)
+    client = client_for(owner)
+    with CaptureQueriesContext(connection) as queries:
+        page = client.get(f"/analysis/storage/?campaign={c.pk}").content.decode()
+    assert '<option value="node-count" selected>' in page and "nodes (hosts per run)" in page
+    reads = [q["sql"] for q in queries.captured_queries if "AVG" in q["sql"] and "= 'images_per_sec'" in q["sql"]]
+    assert len(reads) == 1, reads  # the metric's statistics, once, whichever x they end on
+
+
+@pytest.mark.django_db
+def test_the_measured_throughput_is_the_best_points_mean_in_one_query(team: Any) -> None:
+    fio = campaign(team, "measured", axes={"numjobs": [1, 4]})
+    runs(fio, 0, {"numjobs": 1}, {"read_bw_bytes": [1e9, 3e9]})
+    runs(fio, 1, {"numjobs": 4}, {"read_bw_bytes": [2.5e9, 2.5e9], "bw_bytes": [9e9, 9e9]})  # 4e9 is no point's mean
+    with CaptureQueriesContext(connection) as queries:
+        best = selectors.measured_throughput(campaign=fio)
+    assert best == (pytest.approx(2500.0), "read_bw_bytes") and len(queries) == 1
 
 
 @pytest.mark.django_db

@@ -74,6 +74,23 @@ def test_the_json_for_the_browser_aligns_every_line_on_one_x_array() -> None:
     assert data["series"][1] == {"label": "b", "color": data["series"][0]["color"], "dashed": True}
 
 
+def test_the_json_for_the_browser_carries_the_error_bars_and_bands_the_svg_draws() -> None:
+    bars = charts.Line("mean ± stdev", [1, 4], [10, 40], [9, 38], [11, 42])
+    fig = figure(lines=[bars, charts.Line("ideal", [1, 2], [10, 20], dashed=True)])
+    data = fig.as_json()
+    assert data["series"][0]["band"] is False
+    assert (data["series"][0]["low"], data["series"][0]["high"]) == ([9, None, 38], [11, None, 42])  # on x [1, 2, 4]
+    assert "low" not in data["series"][1]
+
+    n = 5000
+    spikes = charts.Line("spiky", list(range(n)), [1000.0 if i % 1000 == 0 else 1.0 for i in range(n)])
+    data = figure(lines=[spikes]).as_json()
+    band = data["series"][0]
+    assert band["band"] is True and len(band["low"]) == len(band["high"]) == len(data["data"][0]) <= charts.MAX_POINTS
+    assert max(band["high"]) == 1000.0 and min(band["low"]) == 1.0  # the spikes the midpoints alone would halve
+    assert max(y for y in data["data"][1] if y is not None) < 1000.0
+
+
 def test_an_empty_figure_says_there_is_nothing_to_draw() -> None:
     svg = charts.svg(figure(lines=[charts.Line("a", [], [])]))
     ET.fromstring(svg)

@@ -526,13 +526,75 @@ def test_it_compares_campaigns_point_by_point_and_says_when_a_change_is_noise(ap
     assert rows["read"]["changes"][1]["change_pct"] == pytest.approx(20)
     assert rows["randread"]["changes"][1]["outcome"] == "inconclusive"  # +20% inside a ±40% spread
     assert rows["read"]["values"][0]["n"] == 3
-    runs = api.get("/api/v1/compare/", {"runs": f"{a.runs.get(sequence=1).pk},{b.runs.get(sequence=1).pk}"}).json()
+    first_a, first_b = a.runs.get(sequence=1), b.runs.get(sequence=1)
+    runs = api.get("/api/v1/compare/", {"runs": f"{first_a.pk},{first_b.pk}"}).json()
     assert runs["by_point"] is False and len(runs["rows"]) == 1
+    assert [c["label"] for c in runs["columns"]] == [f"a · run #1 (point {first_a.point})",
+                                                     f"b · run #1 (point {first_b.point})"]  # fmt: skip
     points = api.get("/api/v1/compare/", {"points": f"{a.pk}:0,{b.pk}:0"}).json()
     assert points["rows"][0]["changes"][1]["outcome"] == "improvement"
+    assert [c["label"] for c in points["columns"]] == [
+        "a · point 0 (bs=4k, rw=read, size=16M)",
+        "b · point 0 (bs=4k, rw=read, size=16M)",
+    ]
     assert api.get("/api/v1/compare/", {"campaigns": str(a.pk)}).status_code == 400
     assert api.get("/api/v1/compare/", {"campaigns": f"{a.pk},999999"}).status_code == 404
     assert api.get("/api/v1/compare/", {"campaigns": "x,y"}).status_code == 400
+
+
+@pytest.mark.django_db
+def test_it_compares_sets_in_the_order_written_and_reads_the_pages_parameters_too(api: APIClient, team: Any) -> None:
+    a = finished_campaign("a", team, {"read": [100.0, 101.0, 99.0], "randread": [50.0, 51.0, 49.0]})
+    b = finished_campaign("b", team, {"read": [80.0, 81.0, 79.0], "randread": [50.0, 51.0, 49.0]})
+    run = b.runs.get(sequence=1)
+    mixed = api.get(f"/api/v1/compare/?runs={run.pk}&campaigns={a.pk}&points={b.pk}:0").json()
+    assert [(c["campaign"], c["runs"]) for c in mixed["columns"]][:2] == [(b.pk, [run.pk]), (a.pk, None)]
+    assert (
+        mixed["columns"][2]["label"] == "b · point 0 (bs=4k, rw=read, size=16M)"
+    )  # the reference is the first written: the run
+    as_page = api.get(f"/api/v1/compare/?campaign={a.pk}&campaign={b.pk}&threshold=30").json()
+    as_api = api.get(f"/api/v1/compare/?campaigns={a.pk},{b.pk}&threshold_pct=30").json()
+    assert as_page == as_api and as_api["policy"] == {"threshold_pct": 30.0, "alpha": 0.05}
+    read = next(r for r in as_api["rows"] if r["params"]["rw"] == "read")
+    assert read["changes"][1]["outcome"] == "pass"  # -20% inside a 30% threshold
+    strict = api.get(f"/api/v1/compare/?campaigns={a.pk},{b.pk}&alpha=0.01").json()
+    assert strict["policy"]["alpha"] == 0.01
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("query", "status", "field"),
+    [
+        ("campaigns={a},nope", 400, "campaigns"),
+        ("points={a}", 400, "points"),
+        ("campaigns={a},{b}&alpha=3", 400, "alpha"),
+        ("campaigns={a},{b}&threshold_pct=lots", 400, "threshold_pct"),
+        ("campaigns={a},{b}&threshold=-1", 400, "threshold"),
+        ("runs={a_run}", 400, "campaigns"),  # one set: nothing to compare it with
+        ("campaigns=" + ",".join(str(i) for i in range(1, 14)), 400, "campaigns"),  # more than analysis.forms.MAX_SETS
+        ("campaigns={a}&points={a}:9", 404, None),
+        ("campaigns={a},{hidden}", 404, None),
+        ("campaigns={a}&runs={hidden_run}", 404, None),
+        ("campaigns={a}&points={hidden}:0", 404, None),
+    ],
+)
+def test_it_answers_a_bad_or_unseen_compare_set_in_the_one_error_shape(
+    api: APIClient, team: Any, outsider: Any, query: str, status: int, field: str | None
+) -> None:
+    a = finished_campaign("a", team, {"read": [100.0, 101.0], "randread": [50.0, 51.0]})
+    b = finished_campaign("b", team, {"read": [80.0, 81.0], "randread": [50.0, 51.0]})
+    red = Team.objects.get(name="red")
+    hidden = finished_campaign("red-only", red, {"read": [1.0, 1.0], "randread": [1.0, 1.0]})
+    url = "/api/v1/compare/?" + query.format(a=a.pk, b=b.pk, a_run=a.runs.first().pk, hidden=hidden.pk,
+                                             hidden_run=hidden.runs.first().pk)  # fmt: skip
+    response = api.get(url)
+    assert response.status_code == status, response.json()
+    body = response.json()
+    assert set(body) == {"message", "extra"}
+    if field is not None:
+        assert field in body["extra"], body
+    else:
+        assert body["message"].startswith(("no ", "campaign a has no point 9"))
 
 
 class Receiver(BaseHTTPRequestHandler):

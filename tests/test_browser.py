@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from campaigns.models import Campaign, CampaignStatus
+from campaigns.models import Campaign, CampaignStatus, Result, Run, RunStatus
 from scheduling.models import Schedule
-from tests.browser import log_in, snap
+from tests.browser import SCREENSHOTS, log_in, snap
+from tests.test_analysis import campaign, runs
 
 DEFINITION = """\
 name: browser-fio
@@ -115,3 +116,41 @@ def test_it_builds_launches_and_watches_a_campaign_to_the_end(
     page.goto("/timeline/")
     assert page.locator("table").get_by_text("lab1").count() >= 1
     snap(page, "12-timeline")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_redraws_the_error_bars_and_min_max_bands_of_the_server_chart_with_uplot(
+    page: Any, owner: Any, team: Any
+) -> None:
+    # three repetitions per point: each point's mean ± stdev is an error bar, in the SVG and in uPlot
+    bars = campaign(team, "browser-error-bars", axes={"numjobs": [1, 2, 4]})
+    for point, jobs in enumerate((1, 2, 4)):
+        runs(bars, point, {"numjobs": jobs}, {"bw_bytes": [100.0 * jobs, 110.0 * jobs, 90.0 * jobs]})
+    # 1,500 points on one line: drawn as a min/max band of at most charts.MAX_POINTS buckets
+    wide = campaign(team, "browser-band", axes={"step": list(range(1500))})
+    made = Run.objects.bulk_create(
+        Run(campaign=wide, sequence=i + 1, point=i, params={"step": i}, repetition=1, status=RunStatus.SUCCEEDED)
+        for i in range(1500)
+    )
+    Result.objects.bulk_create(
+        Result(run=run, name="bw_bytes", value=1000.0 if i % 100 == 0 else 10.0, unit="B/s")
+        for i, run in enumerate(made)
+    )
+    log_in(page, "owner", "pw-owner-123")
+
+    page.goto(f"/analysis/scaling/?campaign={bars.pk}&metric=bw_bytes&x=numjobs")
+    live = page.locator("figure[data-chart] .chart-live[data-error-bars]")
+    live.wait_for()
+    assert live.get_attribute("data-error-bars") == "3" and live.get_attribute("data-bands") == "0"
+    over = page.locator("figure[data-chart] .u-over").bounding_box()
+    page.mouse.move(over["x"] + 1, over["y"] + over["height"] / 2)  # the first point: its spread in the legend
+    assert "100 (90–110)" in page.locator(".u-legend").inner_text()
+    snap(page, "13-error-bars")
+
+    page.goto(f"/analysis/sweep/?campaign={wide.pk}&metric=bw_bytes&x=step&log=off")
+    live = page.locator("figure[data-chart] .chart-live[data-bands]")
+    live.wait_for()
+    assert live.get_attribute("data-bands") == "1" and live.get_attribute("data-error-bars") == "0"
+    assert "browser-band · aggregate · max" in page.locator(".u-legend").inner_text()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.locator("figure[data-chart]").screenshot(path=str(SCREENSHOTS / "14-min-max-band.png"))  # not 1,500 rows
