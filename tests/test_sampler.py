@@ -232,21 +232,29 @@ def nounits_line(capture: Path, fields: tuple[str, ...]) -> str:
 
 
 def fake_nvidia_smi(tmp_path: Path) -> Path:
-    """An nvidia-smi that loops over the H100 capture's values (load, then MIG) and prints the dmon capture."""
+    """An nvidia-smi that loops over the H100 capture's values (load, then MIG), prints the dmon capture, and
+    answers ``nvlink -gt d`` with the H800's idle counters the first time and its counters in training after."""
     lines = [
         nounits_line(NVIDIA / "query-gpu-h100-80gb-hbm3-load-590.48.01.csv", tool.GPU_FIELDS),
         nounits_line(NVIDIA / "query-gpu-h100-mig-load-590.48.01.csv", tool.GPU_FIELDS),
     ]
     dmon = (NVIDIA / "dmon-o-TD-mutc-xuesongtap.txt").read_text()
+    nvlink = [(NVIDIA / f"nvlink-gt-d-h800-{when}-llm-action.txt").read_text() for when in ("idle", "training")]
     script = tmp_path / "nvidia-smi"
     script.write_text(
         f"#!{sys.executable}\n"
-        "import sys, time\n"
+        "import os, sys, time\n"
         f"LINES = {lines!r}\n"
         f"DMON = {dmon!r}\n"
+        f"NVLINK = {nvlink!r}\n"
+        f"CALLED = {str(tmp_path / 'nvlink-called')!r}\n"
         "if sys.argv[1] == 'dmon':\n"
         "    print(DMON, flush=True)\n"
         "    time.sleep(60)\n"
+        "if sys.argv[1:] == ['nvlink', '-gt', 'd']:\n"
+        "    print(NVLINK[os.path.exists(CALLED)], end='')\n"
+        "    open(CALLED, 'a').close()\n"
+        "    sys.exit(0)\n"
         "ms = int(sys.argv[sys.argv.index('-lms') + 1])\n"
         "for i in range(600):\n"
         "    print(LINES[i % 2], flush=True)\n"
@@ -354,10 +362,12 @@ def test_it_samples_gpus_through_nvidia_smi(tmp_path: Path) -> None:
     fake = fake_nvidia_smi(tmp_path)
     env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"}
 
-    run_sampler(tmp_path / "out", 1.2, "--groups", "gpu", "--interval", str(200 * MS), env=env)
+    run_sampler(
+        tmp_path / "out", 1.2, "--groups", "gpu", "--interval", str(200 * MS), "--nvlink-every", str(300 * MS), env=env
+    )
 
     streams = {d["columns"][0]["name"]: (d, ts, v) for d, ts, v in decoded_streams(tmp_path / "out" / "slow.rbs")}
-    assert set(streams) == {"gpu.util", "gpu.pcie_rx"}
+    assert set(streams) == {"gpu.util", "gpu.pcie_rx", "gpu.nvlink_tx_bytes"}
     query, ts, values = streams["gpu.util"]
     assert [c["name"] for c in query["columns"]] == [name for name, _unit, _scale in tool.GPU_COLUMNS.values()]
     assert query["columns"][0]["labels"] == {"gpu": 0}
@@ -368,6 +378,42 @@ def test_it_samples_gpus_through_nvidia_smi(tmp_path: Path) -> None:
     pcie, _ts, rates = streams["gpu.pcie_rx"]
     assert [c["unit"] for c in pcie["columns"]] == ["MB/s", "MB/s"]
     assert rates[:, :3].tolist() == [[5, 217, 0], [10, 677, 3]]
+    nvlink, ts, kib = streams["gpu.nvlink_tx_bytes"]
+    assert nvlink["type"] == "q" and nvlink["interval_ns"] == 300 * MS
+    assert [(c["name"], c["kind"], c["unit"], c["scale"]) for c in nvlink["columns"]] == [
+        ("gpu.nvlink_tx_bytes", "counter", "B", 1024),
+        ("gpu.nvlink_rx_bytes", "counter", "B", 1024),
+    ]
+    assert len(ts) >= 3 and (np.diff(ts) >= 250 * MS).all()  # one read every --nvlink-every, not every tick
+    assert kib[:, 0].tolist() == [46904218, 46904215] and kib[:, 1].tolist() == [11128243781, 11102817348]
+
+
+def test_it_reads_nvlink_data_counters_summed_over_each_gpus_links() -> None:
+    idle = tool.parse_nvlink((NVIDIA / "nvlink-gt-d-h800-idle-llm-action.txt").read_text())
+    tx = 5863784 + 5864084 + 5864630 + 5863784 + 5861984 + 5861984 + 5861984 + 5861984
+    rx = 5863677 + 5862999 + 5863940 + 5861984 + 5862774 + 5862696 + 5862999 + 5863146
+    assert idle == {0: {"Tx": tx, "Rx": rx}}
+    two = (NVIDIA / "nvlink-gt-r-h800-2gpu-llm-action.txt").read_text()
+    raw = tool.parse_nvlink(two, counter="Raw")
+    assert sorted(raw) == [0, 1]
+    assert raw[1]["Tx"] == 25415406 + 8614105 + 8618737 + 8617599 + 8619360 + 8616291 + 8621649 + 8626449
+    assert tool.parse_nvlink(two) == {}  # -gt r prints no data counters
+    assert tool.parse_nvlink(two.splitlines()[0]) == {}  # a GPU that lists no link
+
+
+def test_it_stops_asking_for_nvlink_counters_where_there_are_none(tmp_path: Path) -> None:
+    script = tmp_path / "nvidia-smi"
+    calls = tmp_path / "calls"
+    script.write_text(  # a GPU without NVLink: every command prints nothing
+        f"#!/bin/sh\necho \"$*\" >> {calls}\n[ \"$1\" = nvlink ] && exit 0\nsleep 60\n"
+    )
+    script.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+
+    run_sampler(tmp_path / "out", 1.0, "--groups", "gpu", "--interval", str(100 * MS), "--nvlink-every", str(100 * MS),
+                env=env)  # fmt: skip
+
+    assert calls.read_text().splitlines().count("nvlink -gt d") == 1
 
 
 # --- stored as series ---------------------------------------------------------------------------------------

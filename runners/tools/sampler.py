@@ -19,7 +19,10 @@ Groups, and what each records (``kind`` counter: cumulative, read as rates by ra
           disk.write_bytes {device} (counters of 512-byte sectors, scaled on ingest)
     gpu   ``nvidia-smi --query-gpu=... --format=csv,noheader,nounits -lms MS`` when nvidia-smi exists: gpu.util,
           gpu.mem_util, gpu.memory_used_bytes, gpu.power_w, gpu.sm_clock_mhz, gpu.temperature_c {gpu}; and
-          ``nvidia-smi dmon -s t`` for gpu.pcie_rx, gpu.pcie_tx {gpu} in MB/s where the GPU reports them (gauges)
+          ``nvidia-smi dmon -s t`` for gpu.pcie_rx, gpu.pcie_tx {gpu} in MB/s where the GPU reports them (gauges);
+          ``nvidia-smi nvlink -gt d`` every ``--nvlink-every`` ns (one-shot: it has no loop) for gpu.nvlink_tx_bytes,
+          gpu.nvlink_rx_bytes {gpu}: data payload summed over the GPU's links (counters of KiB, scaled on ingest;
+          none on a GPU without NVLink)
 
 Groups not in ``--fast`` are sampled every ``--interval`` ns, those in it (net and rdma only: one small sysfs file
 per counter) every ``--fast-interval`` ns, by a second process so that the slow groups' parsing never delays a
@@ -53,6 +56,7 @@ import glob
 import json
 import math
 import os
+import re
 import select
 import shutil
 import signal
@@ -94,6 +98,11 @@ GPU_COLUMNS = {
     "temperature.gpu": ("gpu.temperature_c", "C", 1),
 }
 PCIE_COLUMNS = {"rxpci": ("gpu.pcie_rx", "MB/s"), "txpci": ("gpu.pcie_tx", "MB/s")}
+# ``nvidia-smi nvlink -gt d``: data payload counters per link in KiB, summed per GPU
+NVLINK_COLUMNS = {"Tx": "gpu.nvlink_tx_bytes", "Rx": "gpu.nvlink_rx_bytes"}
+NVLINK_HEADER = re.compile(r"^GPU (\d+): ")
+NVLINK_LINK = re.compile(r"^\s*Link (\d+): (Data|Raw) (Tx|Rx): (\d+) KiB\s*$")
+NVLINK_EVERY_NS = 10 * 10**9  # a one-shot nvidia-smi per read: not at every 1 s tick
 MEMINFO = (  # series name, /proc/meminfo key (kB); used is MemTotal - MemAvailable
     ("mem.used_bytes", None),
     ("mem.available_bytes", "MemAvailable"),
@@ -246,6 +255,24 @@ class DmonParser:
         if not row["gpu"].isdigit():
             return None
         return int(row["gpu"]), {name: gpu_number(cell) for name, cell in row.items() if name != "gpu"}
+
+
+def parse_nvlink(text: str, counter: str = "Data") -> dict[int, dict[str, int]]:
+    """``nvidia-smi nvlink -gt d`` (``counter`` "Data": payload) or ``-gt r`` ("Raw": with protocol overhead): each
+    GPU's counters summed over its links, in KiB: ``{gpu: {"Tx": ..., "Rx": ...}}``. A GPU that lists no link (no
+    NVLink) is left out."""
+    found: dict[int, dict[str, int]] = {}
+    gpu = None
+    for line in text.splitlines():
+        header = NVLINK_HEADER.match(line)
+        if header:
+            gpu = int(header.group(1))
+            continue
+        link = NVLINK_LINK.match(line)
+        if link and gpu is not None and link.group(2) == counter:
+            totals = found.setdefault(gpu, {"Tx": 0, "Rx": 0})
+            totals[link.group(3)] += int(link.group(4))
+    return found
 
 
 # --- streams and the output file ----------------------------------------------------------------------------
@@ -602,16 +629,25 @@ class Nfs(Group):
 
 
 class Gpu(Group):
-    """nvidia-smi's own loop, read as its lines arrive (stamped when read); one stream per GPU, made on sight."""
+    """nvidia-smi's own loops, read as their lines arrive (stamped when read); one stream per GPU and kind, made on
+    sight. NVLink counters have no loop: a one-shot ``nvidia-smi nvlink -gt d`` every ``nvlink_every_ns`` (or
+    every interval when that is longer), not started again once it has shown no link."""
 
     name = "gpu"
 
-    def __init__(self, sid: int, interval_ns: int, nvidia_smi: str | None = None) -> None:
+    def __init__(
+        self, sid: int, interval_ns: int, nvidia_smi: str | None = None, nvlink_every_ns: int = NVLINK_EVERY_NS
+    ) -> None:
         super().__init__(sid, interval_ns)
         self.nvidia_smi = nvidia_smi if nvidia_smi is not None else shutil.which("nvidia-smi")
         self.procs: list[subprocess.Popen[bytes]] = []
         self.pending: dict[int, bytes] = {}
         self.handlers: dict[int, Callable[[str, int], None]] = {}
+        self.nvlink_every_ns = max(interval_ns, nvlink_every_ns)
+        self.nvlink_next = 0
+        self.nvlink_fd: int | None = None  # the read under way
+        self.nvlink_lines: list[str] = []
+        self.nvlink_seen = True  # until a read shows no link
         self.by_gpu: dict[tuple[str, int], Stream] = {}
         self.next_sid = sid
         self.dmon = DmonParser()
@@ -629,18 +665,19 @@ class Gpu(Group):
         seconds = max(1, round(self.interval_ns / 1e9))
         self._spawn([self.nvidia_smi, "dmon", "-s", "t", "-d", str(seconds)], self._dmon_line)
 
-    def _spawn(self, argv: list[str], handler: Callable[[str, int], None]) -> None:
+    def _spawn(self, argv: list[str], handler: Callable[[str, int], None], **popen: Any) -> int | None:
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, bufsize=0)
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, bufsize=0, **popen)
         except OSError as exc:
             print(f"sampler.py: cannot run {argv[0]}: {exc}", file=sys.stderr, flush=True)
-            return
+            return None
         assert proc.stdout is not None
         fd = proc.stdout.fileno()
         os.set_blocking(fd, False)
         self.procs.append(proc)
         self.pending[fd] = b""
         self.handlers[fd] = handler
+        return fd
 
     def fds(self) -> list[int]:
         return list(self.pending)
@@ -652,17 +689,21 @@ class Gpu(Group):
             return
         if not data:  # nvidia-smi ended
             del self.pending[fd]
+            if fd == self.nvlink_fd:
+                self._nvlink_end(now)
             return
         lines = (self.pending[fd] + data).split(b"\n")
         self.pending[fd] = lines.pop()
         for line in lines:
             self.handlers[fd](line.decode(errors="replace").strip(), now)
 
-    def _stream(self, kind: str, gpu: int, columns: list[dict]) -> Stream:
+    def _stream(
+        self, kind: str, gpu: int, columns: list[dict], typecode: str = "d", interval_ns: int | None = None
+    ) -> Stream:
         key = (kind, gpu)
         if key not in self.by_gpu:
             self.next_sid += 1
-            stream = Stream(self.next_sid, self.name, self.interval_ns, "d", columns)
+            stream = Stream(self.next_sid, self.name, interval_ns or self.interval_ns, typecode, columns)
             self.by_gpu[key] = stream
             self.streams.append(stream)
             self.new_streams.append(stream)
@@ -696,7 +737,32 @@ class Gpu(Group):
             append(row.get(name, math.nan))
 
     def sample(self, now: int) -> None:
-        pass  # samples arrive on nvidia-smi's pipes
+        """Start an NVLink read when one is due (the other samples arrive on nvidia-smi's pipes)."""
+        if not self.nvidia_smi or not self.nvlink_seen or self.nvlink_fd is not None or now < self.nvlink_next:
+            return
+        self.nvlink_next = now + self.nvlink_every_ns
+        self.nvlink_lines = []
+        argv = [self.nvidia_smi, "nvlink", "-gt", "d"]
+        self.nvlink_fd = self._spawn(argv, lambda line, _now: self.nvlink_lines.append(line), stderr=subprocess.DEVNULL)
+
+    def _nvlink_end(self, now: int) -> None:
+        fd, self.nvlink_fd = self.nvlink_fd, None
+        for proc in [p for p in self.procs if p.stdout is not None and p.stdout.fileno() == fd]:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=1)  # it closed its output as it exited
+            assert proc.stdout is not None
+            proc.stdout.close()
+            self.procs.remove(proc)
+        counters = parse_nvlink("\n".join(self.nvlink_lines))
+        if not counters:
+            self.nvlink_seen = False  # no NVLink here (or this nvidia-smi cannot read it): not asked again
+            return
+        for gpu, totals in sorted(counters.items()):
+            columns = [column(name, {"gpu": gpu}, "B", "counter", 1024) for name in NVLINK_COLUMNS.values()]
+            stream = self._stream("nvlink", gpu, columns, typecode="q", interval_ns=self.nvlink_every_ns)
+            stream.ts.append(now)
+            for append, key in pairs(stream.appenders, NVLINK_COLUMNS):
+                append(totals[key])
 
     def close(self) -> None:
         for proc in self.procs:
@@ -713,11 +779,22 @@ GROUP_CLASSES: dict[str, type[Group]] = {
 }  # fmt: skip
 
 
-def open_groups(names: list[str], interval_ns: int, first_sid: int, nics: list[str] | None = None) -> list[Group]:
+def open_groups(
+    names: list[str],
+    interval_ns: int,
+    first_sid: int,
+    nics: list[str] | None = None,
+    nvlink_every_ns: int = NVLINK_EVERY_NS,
+) -> list[Group]:
     groups: list[Group] = []
     for i, name in enumerate(names):
-        sid = first_sid + 256 * i  # GPU streams are numbered from their group's id on: room for 128 GPUs
-        groups.append(Net(sid, interval_ns, nics=nics) if name == "net" else GROUP_CLASSES[name](sid, interval_ns))
+        sid = first_sid + 256 * i  # GPU streams (3 per GPU) are numbered from their group's id on: room for 85 GPUs
+        if name == "net":
+            groups.append(Net(sid, interval_ns, nics=nics))
+        elif name == "gpu":
+            groups.append(Gpu(sid, interval_ns, nvlink_every_ns=nvlink_every_ns))
+        else:
+            groups.append(GROUP_CLASSES[name](sid, interval_ns))
     return groups
 
 
@@ -883,6 +960,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fast", type=_names, default=[], help="groups sampled every --fast-interval (net, rdma)")
     p.add_argument("--fast-interval", type=_positive, default=10**6, help="ns (default: 1 ms)")
     p.add_argument("--nics", type=lambda t: [n for n in t.split(",") if n], help="interfaces (default: all but veth*)")
+    p.add_argument(
+        "--nvlink-every", type=_positive, default=NVLINK_EVERY_NS, help="ns between NVLink reads (default: 10 s)"
+    )
     p.add_argument("--end-marker", help="a file whose mtime is recorded at the end (the benchmark's exit_code)")
     p.add_argument("--max-bytes", type=_positive, default=2 << 30, help="per output file (default: 2 GiB)")
     p.add_argument("--max-seconds", type=float, default=7 * 86400, help="stop by itself after this long")
@@ -913,7 +993,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     os.makedirs(args.dir, exist_ok=True)
-    slow = open_groups(args.slow, args.interval, 1, args.nics)
+    slow = open_groups(args.slow, args.interval, 1, args.nics, args.nvlink_every)
     fast = open_groups(args.fast, args.fast_interval, 1 + 256 * len(GROUPS), args.nics)
     slow = [g for g in slow if g.streams or isinstance(g, Gpu) and g.nvidia_smi]
     fast = [g for g in fast if g.streams]
