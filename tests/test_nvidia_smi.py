@@ -53,7 +53,7 @@ def test_it_is_a_parser_only_kind_that_no_campaign_can_run(smi):
 
 def test_it_gives_every_parsed_metric_its_declared_unit(smi):
     for path in sorted(FIXTURES.iterdir()):
-        if path.suffix in (".csv", ".txt"):
+        if path.name.startswith(("query-gpu", "dmon")):  # the nvlink files are the telemetry sampler's
             for metric in smi.parse(text(path.name), host="h1"):
                 assert metric.unit == smi.spec(metric.name).unit, (path.name, metric)
 
