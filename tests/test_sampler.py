@@ -405,7 +405,7 @@ def test_it_stops_asking_for_nvlink_counters_where_there_are_none(tmp_path: Path
     script = tmp_path / "nvidia-smi"
     calls = tmp_path / "calls"
     script.write_text(  # a GPU without NVLink: every command prints nothing
-        f"#!/bin/sh\necho \"$*\" >> {calls}\n[ \"$1\" = nvlink ] && exit 0\nsleep 60\n"
+        f'#!/bin/sh\necho "$*" >> {calls}\n[ "$1" = nvlink ] && exit 0\nsleep 60\n'
     )
     script.chmod(0o755)
     env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
