@@ -4,14 +4,15 @@
     DATABASE_URL=postgres://rackbench:rackbench@127.0.0.1:5432/postgres .venv/bin/python bench/sampler_overhead.py
 
 1. The sampler as rackbench runs it (``python3 runners/tools/sampler.py`` in a session of its own), measured for
-   --seconds after a one-second warm-up, in four shapes:
+   --seconds after a one-second warm-up, in five shapes:
 
    - every group at 1 s: what this machine has of them (cpu, mem, net, disk; no NFS mount, HCA or GPU here);
-   - net at 1 ms over the interfaces present;
+   - net at 1 ms over the interfaces present, sampled by the compiled loop (runners/tools/fastloop.c);
    - net at 1 ms over 8 NICs: where fewer than 8 interfaces exist, the ones present are read over again until there
      are 16 counter files (8 NICs' rx and tx). The kernel's cost per read depends on the driver (lo and virtio
-     here, mlx5 on a DGX), so treat it as an order of magnitude;
-   - both at once, as a campaign with ``fast: [net]`` runs it (two processes).
+     here, mlx5 on a DGX), so treat it as an order of magnitude. Once with the compiled loop, once with the
+     Python loop a node without a C compiler gets;
+   - both at once, as a campaign with ``fast: [net]`` runs it (the slow process and the fast one).
 
    CPU time is the on-CPU nanoseconds of /proc/PID/schedstat summed over every process of the sampler's process
    group, between two readings, in % of one core. Targets (issue "Telemetry during runs"): under 1 % at 1 s,
@@ -153,17 +154,27 @@ def shapes() -> list[tuple[str, list[str], str]]:
     groups = ",".join(tool.GROUPS)
     nics = eight_nics()
     present = tool.net_interfaces()
+    fast = ["--groups", "net", "--fast", "net", "--fast-interval", str(MS)]
     return [
         ("every group at 1 s", ["--groups", groups], "< 1 %"),
-        (f"net at 1 ms, {len(present)} NICs ({', '.join(present)})", ["--groups", "net", "--interval", str(MS)], ""),
         (
-            f"net at 1 ms, 8 NICs ({', '.join(nics)})",
-            ["--groups", "net", "--interval", str(MS), "--nics", ",".join(nics)],
+            f"net at 1 ms, {len(present)} NICs ({', '.join(present)}), compiled loop",
+            [*fast, "--fast-loop", "compiled"],
+            "",
+        ),
+        (
+            f"net at 1 ms, 8 NICs ({', '.join(nics)}), compiled loop",
+            [*fast, "--nics", ",".join(nics), "--fast-loop", "compiled"],
             "< 5 %",
         ),
         (
-            "every group at 1 s + net (8 NICs) at 1 ms",
-            ["--groups", groups, "--fast", "net", "--nics", ",".join(nics)],
+            "net at 1 ms, 8 NICs, Python loop (a node without a C compiler)",
+            [*fast, "--nics", ",".join(nics), "--fast-loop", "python"],
+            "< 5 %",
+        ),
+        (
+            "every group at 1 s + net (8 NICs) at 1 ms, compiled loop",
+            ["--groups", groups, "--fast", "net", "--nics", ",".join(nics), "--fast-loop", "compiled"],
             "< 1 % + < 5 %",
         ),
     ]
@@ -183,7 +194,7 @@ def overhead(seconds: float, *, busy: bool) -> list[Row]:
             measured, out = measure(label, args, seconds, target)
             rows += measured
             if "1 ms" in label:
-                rows += cadence(out / ("fast.rbs" if "--fast" in args else "slow.rbs"), MS)
+                rows += cadence(out / "fast.rbs", MS)
             shutil.rmtree(out)
     finally:
         for burner in burners:

@@ -62,6 +62,7 @@ log = logging.getLogger(__name__)
 DIR = "telemetry"
 STORAGE_DIR = "storage-stats"
 SAMPLER = Path(tool.__file__).resolve()
+FASTLOOP = Path(tool.FASTLOOP_SOURCE)
 GROUPS = tool.GROUPS
 FAST_GROUPS = tool.FAST_GROUPS
 KEYS = ("enabled", "interval", "fast_interval", "fast", "groups", "prometheus")
@@ -194,7 +195,11 @@ def prepare(run: Run, jobs: list[HostJob]) -> dict[str, Any]:
     def prepare_host(job: HostJob) -> dict[str, Any]:
         directory = sampler_dir(job.context.run_dir)
         argv = sampler_argv(config, end_marker="../exit_code" if job.main else None, max_seconds=max_seconds)
-        files = {SAMPLER.name: SAMPLER.read_text(), "command.sh": remote.command_script(argv, {})}
+        files = {
+            SAMPLER.name: SAMPLER.read_text(),
+            FASTLOOP.name: FASTLOOP.read_text(),  # built by the probe where the node has a C compiler
+            "command.sh": remote.command_script(argv, {}),
+        }
         remote.job_prepare(job.target, directory, extra_dirs=[], files=files)
         probe = job.target.run(f"cd {shlex.quote(directory)} && {shlex.join([*argv, '--probe'])}")
         if not probe.ok:

@@ -7,6 +7,7 @@ Timings of the sampler's own CPU use live in bench/sampler_overhead.py; the lab 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -14,7 +15,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -312,17 +315,48 @@ def decoded(path: Path) -> dict[str, tuple[dict[str, Any], np.ndarray, np.ndarra
     return {definition["group"]: (definition, ts, values) for definition, ts, values in decoded_streams(path)}
 
 
-def test_it_samples_this_machine_fast_and_slow_until_sigterm(tmp_path: Path) -> None:
-    run_sampler(tmp_path, 1.5, "--groups", "cpu,mem,net,disk", "--interval", str(200 * MS), "--fast", "net")
+@contextlib.contextmanager
+def loopback_traffic() -> Iterator[None]:
+    """UDP datagrams to ourselves on lo, a few hundred a second, until the block ends."""
+    stop = threading.Event()
+    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sink.bind(("127.0.0.1", 0))
 
+    def send() -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as out:
+            while not stop.wait(0.002):
+                out.sendto(b"x" * 1000, sink.getsockname())
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        sender.join()
+        sink.close()
+
+
+@pytest.mark.parametrize("fast_loop", ["compiled", "python"])
+def test_it_samples_this_machine_fast_and_slow_until_sigterm(tmp_path: Path, fast_loop: str) -> None:
+    with loopback_traffic():
+        run_sampler(
+            tmp_path, 1.5, "--groups", "cpu,mem,net,disk", "--interval", str(200 * MS), "--fast", "net",
+            "--fast-loop", fast_loop,
+        )  # fmt: skip
+
+    assert (tmp_path / "fastloop").exists() == (fast_loop == "compiled")
     slow, fast = decoded(tmp_path / "slow.rbs"), decoded(tmp_path / "fast.rbs")
     assert set(slow) == {"cpu", "mem", "disk"} and set(fast) == {"net"}
     definition, ts, values = fast["net"]
     assert definition["interval_ns"] == MS
     assert {c["labels"]["nic"] for c in definition["columns"]} >= {"lo"}
-    assert len(ts) > 500
+    assert len(ts) > 500 and values.shape == (len(definition["columns"]), len(ts))
     assert 0.8 * MS <= np.median(np.diff(ts)) <= 1.2 * MS  # kept its cadence on this 2-core machine
     assert (np.diff(values, axis=1) >= 0).all()  # counters
+    lo_rx = [c["name"] == "net.rx_bytes" and c["labels"]["nic"] == "lo" for c in definition["columns"]].index(True)
+    assert values[lo_rx, -1] - values[lo_rx, 0] > 100_000  # read every tick, not once
+    assert abs(int(ts[0]) - time.time_ns()) < 60 * 10**9  # absolute timestamps
     cpu_def, cpu_ts, cpu = slow["cpu"]
     assert [c["name"] for c in cpu_def["columns"][:3]] == ["cpu.util", "cpu.busiest_util", "cpu.core_util"]
     assert len(cpu_ts) >= 6 and ((cpu >= 0) & (cpu <= 100)).all()
@@ -333,11 +367,13 @@ def test_it_samples_this_machine_fast_and_slow_until_sigterm(tmp_path: Path) -> 
     assert (mem[:3] > 0).all() and (mem[3] >= 0).all()  # used, available, cached; dirty may be nothing
 
 
-def test_a_sampler_stopped_alone_stops_its_fast_process_too(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fast_loop", ["compiled", "python"])
+def test_a_sampler_stopped_alone_stops_its_fast_process_too(tmp_path: Path, fast_loop: str) -> None:
     proc = subprocess.Popen(
-        [sys.executable, str(SAMPLER), "--dir", str(tmp_path), "--groups", "cpu,net", "--fast", "net"],
+        [sys.executable, str(SAMPLER), "--dir", str(tmp_path), "--groups", "cpu,net", "--fast", "net",
+         "--fast-loop", fast_loop],
         start_new_session=True,
-    )
+    )  # fmt: skip
     try:
         deadline = time.monotonic() + 10
         while not (tmp_path / tool.READY).exists() and time.monotonic() < deadline:
@@ -348,6 +384,37 @@ def test_a_sampler_stopped_alone_stops_its_fast_process_too(tmp_path: Path) -> N
     finally:
         if group_has_members(proc.pid):
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_without_a_c_compiler_the_fast_groups_are_sampled_by_python(tmp_path: Path) -> None:
+    env = {**os.environ, "CC": str(tmp_path / "no-such-cc")}
+
+    run_sampler(tmp_path / "auto", 0.5, "--groups", "net", "--fast", "net", env=env)
+    refused = subprocess.run(
+        [sys.executable, str(SAMPLER), "--dir", str(tmp_path / "compiled"), "--groups", "net", "--fast", "net",
+         "--fast-loop", "compiled"],
+        capture_output=True, text=True, env=env, timeout=30,
+    )  # fmt: skip
+    probe = subprocess.run(
+        [sys.executable, str(SAMPLER), "--dir", str(tmp_path / "probe"), "--groups", "net", "--fast", "net", "--probe"],
+        capture_output=True, text=True, env=env, timeout=30, check=True,
+    )  # fmt: skip
+
+    assert not (tmp_path / "auto" / "fastloop").exists()
+    assert len(decoded(tmp_path / "auto" / "fast.rbs")["net"][1]) > 100
+    assert refused.returncode == 2 and "--fast-loop compiled" in refused.stderr and "no-such-cc" in refused.stderr
+    assert json.loads(probe.stdout)["fast_loop"] == "python"
+
+
+def test_the_probe_builds_the_compiled_loop_once(tmp_path: Path) -> None:
+    argv = [sys.executable, str(SAMPLER), "--dir", str(tmp_path), "--groups", "net", "--fast", "net", "--probe"]
+
+    first = json.loads(subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout)
+    built = (tmp_path / "fastloop").stat().st_mtime_ns
+    again = json.loads(subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout)
+
+    assert first["fast_loop"] == again["fast_loop"] == "compiled"
+    assert (tmp_path / "fastloop").stat().st_mtime_ns == built
 
 
 def group_has_members(pgid: int) -> bool:

@@ -84,6 +84,7 @@ def test_a_fio_run_records_telemetry_and_summarises_it(lab: dict[str, Any], work
 
     telemetry = run.provenance["telemetry"]
     assert {"nic": "lo"} in telemetry["hosts"]["lab1"]["sources"]["net"]
+    assert telemetry["hosts"]["lab1"]["sources"]["fast_loop"] == "compiled"  # the lab nodes have a C compiler
     assert telemetry["collected"]["errors"] == []
     assert telemetry["collected"]["hosts"]["lab1"]["series"] == Series.objects.filter(run=run).count()
     assert not group_alive(sampler_pid(run))

@@ -28,7 +28,10 @@ Groups not in ``--fast`` are sampled every ``--interval`` ns, those in it (net a
 per counter) every ``--fast-interval`` ns, by a second process so that the slow groups' parsing never delays a
 fast tick. Each process keeps its cadence by sleeping until its next deadline (ticks it missed are skipped, not
 caught up), reads counters with ``os.pread`` on files opened once, appends to ``array`` columns and writes a frame
-every few seconds. Timestamps are ``time.time_ns()``, taken just before a tick's reads.
+every few seconds. Timestamps are ``time.time_ns()``, taken just before a tick's reads. Where a C compiler exists
+(``--fast-loop auto``), the fast process hands the reads to ``fastloop`` (fastloop.c next to this file, built into
+``--dir`` once) over the same open files, and only moves its records into the columns ten times a second: at 1 ms
+the Python loop's own work per wake-up is as large as its reads.
 
 Output: ``slow.rbs`` and ``fast.rbs`` in ``--dir`` (only those with something to sample), then an empty ``ready``
 file once every process has taken its first sample. A file is ``MAGIC`` then frames, each ``kind`` (one byte) and
@@ -52,6 +55,7 @@ from __future__ import annotations
 import argparse
 import array
 import contextlib
+import fcntl
 import glob
 import json
 import math
@@ -899,6 +903,108 @@ class Loop:
             group.close()
 
 
+# --- the compiled fast loop --------------------------------------------------------------------------------
+
+FASTLOOP_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fastloop.c")
+FASTLOOP_BATCH_NS = 100 * 10**6  # how often the compiled loop hands its records over
+
+
+def build_fastloop(directory: str) -> tuple[str | None, str]:
+    """The compiled fast loop, built from fastloop.c (shipped next to this file) with the node's C compiler into
+    ``directory`` once; (its path, "") or (None, why not). Without it the fast groups are sampled by Python."""
+    binary = os.path.join(directory, "fastloop")
+    if not os.path.exists(FASTLOOP_SOURCE):
+        return None, "fastloop.c is not next to sampler.py"
+    if os.path.exists(binary) and os.path.getmtime(binary) >= os.path.getmtime(FASTLOOP_SOURCE):
+        return binary, ""
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not compiler:
+        return None, "no C compiler (cc) on this node"
+    partial = f"{binary}.{os.getpid()}"
+    try:
+        built = subprocess.run(
+            [compiler, "-O2", "-o", partial, FASTLOOP_SOURCE], capture_output=True, text=True, timeout=120
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"{compiler}: {exc}"
+    if built.returncode != 0:
+        return None, f"{compiler} failed: {(built.stderr or built.stdout).strip()[-300:]}"
+    os.replace(partial, binary)
+    return binary, ""
+
+
+class CompiledLoop(Loop):
+    """The fast groups (counter files only) sampled by the compiled loop: this process only moves its records into
+    the groups' streams and writes frames, waking ten times a second instead of every tick."""
+
+    def __init__(self, binary: str, groups: list[Group], *args: Any) -> None:
+        super().__init__(groups, *args)
+        self.binary = binary
+        self.counters = [g for g in groups if isinstance(g, CounterFiles) and g.streams]
+        self.width = 1 + sum(len(g.fds) for g in self.counters)
+
+    def run(self, on_first_tick: Callable[[], None]) -> None:
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        self._define_new()
+        fds = [fd for g in self.counters for fd in g.fds]
+        argv = [self.binary, str(self.interval_ns), str(FASTLOOP_BATCH_NS), *map(str, fds)]
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, pass_fds=fds, bufsize=0)
+        assert proc.stdout is not None
+        out = proc.stdout.fileno()
+        with contextlib.suppress(AttributeError, OSError):  # room for seconds of records (Linux, Python 3.10+)
+            fcntl.fcntl(out, fcntl.F_SETPIPE_SZ, 1 << 20)
+        self.pending = b""
+        first = True
+        flush_at = time.time_ns() + FLUSH_NS
+        try:
+            while True:
+                ready, _, _ = select.select([out, wake_r], (), (), 1.0)
+                if wake_r in ready:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(wake_r, 512)
+                if _stopping:
+                    break
+                if out in ready:
+                    data = os.read(out, 1 << 20)
+                    if not data:
+                        raise Stop(f"the compiled fast loop ended (exit status {proc.wait()})")
+                    self._take(data)
+                    if first and self.counters[0].streams[0].ts:
+                        first = False
+                        on_first_tick()
+                now = time.time_ns()
+                if now >= flush_at:
+                    self.flush()
+                    flush_at = now + FLUSH_NS
+                    if now >= self.deadline_ns:
+                        raise Stop("--max-seconds reached")
+                    if self.parent is not None and os.getppid() != self.parent:
+                        raise Stop("the slow sampler process is gone")
+        finally:
+            proc.terminate()
+            self._take(proc.stdout.read())  # what it held when it stopped
+            proc.wait()
+
+    def _take(self, data: bytes) -> None:
+        """Whole records into the streams: timestamps, then each group's columns, column by column."""
+        data = self.pending + data
+        whole = len(data) - len(data) % (8 * self.width)
+        self.pending = data[whole:]
+        records = array.array("q")
+        records.frombytes(data[:whole])
+        ts = records[0 :: self.width]
+        first = 1
+        for group in self.counters:
+            stream = group.streams[0]
+            stream.ts.extend(ts)
+            for i, col in enumerate(stream.cols):
+                col.extend(records[first + i :: self.width])
+            first += len(stream.cols)
+
+
 def _write_ready(directory: str) -> None:
     with open(os.path.join(directory, READY), "w"):
         pass
@@ -911,12 +1017,17 @@ def run_process(
     args: argparse.Namespace,
     on_first_tick: Callable[[], None],
     parent: int | None = None,
+    fastloop: str | None = None,
 ) -> int:
-    """Sample until SIGTERM; returns the exit status."""
-    loop = None
+    """Sample until SIGTERM; returns the exit status. With ``fastloop``, the compiled loop samples the groups."""
+    loop: Loop | None = None
     status = 0
     try:
-        loop = Loop(groups, interval_ns, Output(path, args.max_bytes), args.max_seconds, parent)
+        output = Output(path, args.max_bytes)
+        if fastloop:
+            loop = CompiledLoop(fastloop, groups, interval_ns, output, args.max_seconds, parent)
+        else:
+            loop = Loop(groups, interval_ns, output, args.max_seconds, parent)
         loop.run(on_first_tick)
     except Stop as exc:
         print(f"sampler.py: {exc}", file=sys.stderr, flush=True)
@@ -963,6 +1074,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--nvlink-every", type=_positive, default=NVLINK_EVERY_NS, help="ns between NVLink reads (default: 10 s)"
     )
+    p.add_argument(
+        "--fast-loop",
+        choices=("auto", "compiled", "python"),
+        default="auto",
+        help="what samples --fast groups: the compiled loop (fastloop.c, built with cc) or Python (default: auto, "
+        "the compiled one where a C compiler exists)",
+    )
     p.add_argument("--end-marker", help="a file whose mtime is recorded at the end (the benchmark's exit_code)")
     p.add_argument("--max-bytes", type=_positive, default=2 << 30, help="per output file (default: 2 GiB)")
     p.add_argument("--max-seconds", type=float, default=7 * 86400, help="stop by itself after this long")
@@ -977,22 +1095,42 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def probe(args: argparse.Namespace) -> dict:
+    """What would be sampled; the compiled fast loop is built here already (the run is being prepared)."""
     found: dict = {"python": sys.version.split()[0]}
     for names, interval in ((args.slow, args.interval), (args.fast, args.fast_interval)):
         for group in open_groups(names, interval, 1, args.nics):
             found[group.name] = group.sources()
             group.close()
+    if args.fast:
+        found["fast_loop"] = "compiled" if fast_loop(args) else "python"
     return found
+
+
+def fast_loop(args: argparse.Namespace) -> str | None:
+    """The compiled fast loop to use (``--fast-loop auto`` builds it where a C compiler exists), or None: Python."""
+    if args.fast_loop == "python":
+        return None
+    binary, why = build_fastloop(args.dir)
+    if binary is None:
+        if args.fast_loop == "compiled":
+            raise Stop(f"--fast-loop compiled: {why}")
+        print(f"sampler.py: the fast groups are sampled by Python: {why}", file=sys.stderr, flush=True)
+    return binary
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    if args.probe:
-        print(json.dumps(probe(args), sort_keys=True))
-        return 0
+    os.makedirs(args.dir, exist_ok=True)
+    try:
+        if args.probe:
+            print(json.dumps(probe(args), sort_keys=True))
+            return 0
+        fastloop = fast_loop(args) if args.fast else None
+    except Stop as exc:
+        print(f"sampler.py: {exc}", file=sys.stderr, flush=True)
+        return 2
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    os.makedirs(args.dir, exist_ok=True)
     slow = open_groups(args.slow, args.interval, 1, args.nics, args.nvlink_every)
     fast = open_groups(args.fast, args.fast_interval, 1 + 256 * len(GROUPS), args.nics)
     slow = [g for g in slow if g.streams or isinstance(g, Gpu) and g.nvidia_smi]
@@ -1013,7 +1151,7 @@ def main(argv: list[str]) -> int:
 
             status = 1
             try:
-                status = run_process(fast, args.fast_interval, path["fast"], args, tell_parent, parent)
+                status = run_process(fast, args.fast_interval, path["fast"], args, tell_parent, parent, fastloop)
             finally:
                 os._exit(status)  # never back into the parent's code
         os.close(child_ready_w)
@@ -1030,9 +1168,10 @@ def main(argv: list[str]) -> int:
             os.kill(pid, signal.SIGTERM)  # stopped alone (not through its process group): stop the child too
         _pid, child_status = os.waitpid(pid, 0)
         return status or (os.waitstatus_to_exitcode(child_status) if hasattr(os, "waitstatus_to_exitcode") else 0)
-    if slow or fast:
-        groups, interval, name = (slow, args.interval, "slow") if slow else (fast, args.fast_interval, "fast")
-        return run_process(groups, interval, path[name], args, lambda: _write_ready(args.dir))
+    if slow:
+        return run_process(slow, args.interval, path["slow"], args, lambda: _write_ready(args.dir))
+    if fast:
+        return run_process(fast, args.fast_interval, path["fast"], args, lambda: _write_ready(args.dir), None, fastloop)
     _write_ready(args.dir)  # nothing to sample on this node
     while not _stopping:
         time.sleep(1)
