@@ -848,13 +848,19 @@ class Loop:
             next_tick += interval
             if next_tick <= now:  # late by a whole interval or more: skip the ticks missed, keep the phase
                 next_tick += ((now - next_tick) // interval + 1) * interval
-            if now >= flush_at:
-                self.flush()
-                flush_at = now + FLUSH_NS
-                if now >= self.deadline_ns:
-                    raise Stop("--max-seconds reached")
-                if self.parent is not None and os.getppid() != self.parent:
-                    raise Stop("the slow sampler process is gone")
+            flush_at = self._flush_when_due(now, flush_at)
+
+    def _flush_when_due(self, now: int, flush_at: int) -> int:
+        """Write the frames when ``flush_at`` has come, and stop past --max-seconds or once the parent is gone;
+        returns when to flush next."""
+        if now < flush_at:
+            return flush_at
+        self.flush()
+        if now >= self.deadline_ns:
+            raise Stop("--max-seconds reached")
+        if self.parent is not None and os.getppid() != self.parent:
+            raise Stop("the slow sampler process is gone")
+        return now + FLUSH_NS
 
     def _broken(self, group: Group, exc: Exception) -> None:
         for stream in group.streams:
@@ -975,14 +981,7 @@ class CompiledLoop(Loop):
                     if first and self.counters[0].streams[0].ts:
                         first = False
                         on_first_tick()
-                now = time.time_ns()
-                if now >= flush_at:
-                    self.flush()
-                    flush_at = now + FLUSH_NS
-                    if now >= self.deadline_ns:
-                        raise Stop("--max-seconds reached")
-                    if self.parent is not None and os.getppid() != self.parent:
-                        raise Stop("the slow sampler process is gone")
+                flush_at = self._flush_when_due(time.time_ns(), flush_at)
         finally:
             proc.terminate()
             self._take(proc.stdout.read())  # what it held when it stopped
