@@ -235,8 +235,6 @@ def campaign_transition(*, campaign: Campaign, old: str, new: str, **fields: Any
 
 def campaign_launch(*, campaign: Campaign, user: Any = None) -> Campaign:
     """Create every run of the campaign and start the first; draft -> running."""
-    from campaigns.tasks import campaign_advance_task
-
     nodes = campaign_target_nodes(campaign=campaign)
     if not nodes:
         raise CampaignError("the campaign selects no active node", field="nodes")
@@ -271,7 +269,7 @@ def campaign_launch(*, campaign: Campaign, user: Any = None) -> Campaign:
             for p in planned
         )
         campaign.reserved_nodes.set(_create_run_hosts(runs, nodes))
-        transaction.on_commit(lambda: campaign_advance_task.delay(campaign.pk))
+        campaign_advance_soon(campaign_id=campaign.pk)
     campaign.refresh_from_db()
     return campaign
 
@@ -290,8 +288,8 @@ def campaign_advance(*, campaign_id: int) -> str:
             return "idle"
         if campaign.waiting_since is not None and not _reservation_take(campaign):
             return "waiting"
-        if campaign.runs.filter(Q(status__in=RUN_ACTIVE) | Q(kill_pending=True)).exists():
-            return "active"  # a run under way, or one whose processes are still being killed
+        if _has_busy_run(campaign):
+            return "active"
         run = campaign.runs.filter(status=RunStatus.PENDING).order_by("sequence").first()
         if run is None:
             campaign_finish(campaign=campaign)
@@ -316,10 +314,17 @@ def campaign_advance(*, campaign_id: int) -> str:
     return "started"
 
 
-def _advance_later(campaign_id: int) -> None:
+def campaign_advance_soon(*, campaign_id: int) -> None:
+    """Advance the campaign in a task once the current transaction commits (every state change that may let a
+    campaign go on ends with this)."""
     from campaigns.tasks import campaign_advance_task
 
-    campaign_advance_task.delay(campaign_id)
+    transaction.on_commit(partial(campaign_advance_task.delay, campaign_id))
+
+
+def _has_busy_run(campaign: Campaign) -> bool:
+    """A run of the campaign is under way, or one whose processes are still being killed: its nodes are in use."""
+    return campaign.runs.filter(Q(status__in=RUN_ACTIVE) | Q(kill_pending=True)).exists()
 
 
 def queue_ahead(*, campaign: Campaign) -> QuerySet[Campaign]:
@@ -361,7 +366,7 @@ def _reservation_take(campaign: Campaign) -> bool:
         except IntegrityError:  # another campaign holds one of them
             taken = False
     if not taken:
-        if held and not campaign.runs.filter(status__in=RUN_ACTIVE).exists():
+        if held and not _has_busy_run(campaign):
             _reservation_release(campaign, requeue=True)  # a waiting campaign holds nothing: no deadlock
         return False
     campaign_transition(campaign=campaign, old=CampaignStatus.RUNNING, new=CampaignStatus.RUNNING, waiting_since=None)
@@ -385,7 +390,7 @@ def _reservation_release(campaign: Campaign, *, requeue: bool = False) -> None:
         .distinct()
     )
     for waiting_id, _ in waiting:
-        transaction.on_commit(partial(_advance_later, waiting_id))
+        campaign_advance_soon(campaign_id=waiting_id)
 
 
 def _campaign_key_pair(campaign: Campaign) -> None:
@@ -423,8 +428,6 @@ def campaign_rerun(*, campaign: Campaign, points: list[int] | None = None, faile
 
     A campaign that still holds its nodes (a re-run decided as it ends) keeps them and runs on them; any other
     joins the back of the queue for the nodes it selects now."""
-    from campaigns.tasks import campaign_advance_task
-
     with transaction.atomic():
         campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
         if campaign.status not in (CampaignStatus.SUCCEEDED, CampaignStatus.FAILED):
@@ -470,7 +473,7 @@ def campaign_rerun(*, campaign: Campaign, points: list[int] | None = None, faile
         campaign_transition(
             campaign=campaign, old=campaign.status, new=CampaignStatus.RUNNING, finished_at=None, **queue
         )
-        transaction.on_commit(lambda: campaign_advance_task.delay(campaign.pk))
+        campaign_advance_soon(campaign_id=campaign.pk)
     return new
 
 
@@ -497,7 +500,6 @@ def campaign_wind_down(*, campaign: Campaign) -> str:
 
     if campaign.runs.filter(kill_pending=True).exists():
         return "killing"
-    Campaign.objects.filter(pk=campaign.pk).update(waiting_since=None)  # out of the queue at once
     if campaign.mounts or campaign.container:
         transaction.on_commit(partial(campaign_teardown_task.delay, campaign.pk))
         return "tearing down"
@@ -554,7 +556,6 @@ def run_finish(*, run_id: int, status: str, error: str = "", kill: bool = False)
 
     With ``kill``, its processes are killed on its hosts first (``run_killed`` lets the campaign go on then).
     """
-    from campaigns.tasks import campaign_advance_task
     from runners.tasks import run_kill_task
 
     assert status in RUN_TERMINAL
@@ -570,8 +571,7 @@ def run_finish(*, run_id: int, status: str, error: str = "", kill: bool = False)
         if done and kill:
             transaction.on_commit(partial(run_kill_task.delay, run_id))
         elif done:
-            campaign_id = Run.objects.values_list("campaign_id", flat=True).get(pk=run_id)
-            transaction.on_commit(lambda: campaign_advance_task.delay(campaign_id))
+            campaign_advance_soon(campaign_id=Run.objects.values_list("campaign_id", flat=True).get(pk=run_id))
     return done
 
 
@@ -586,15 +586,12 @@ def run_kill_request(*, run_id: int) -> None:
 
 def run_killed(*, run_id: int) -> None:
     """The kill of an ended run is done (or given up): its campaign goes on, or winds down if it has ended."""
-    from campaigns.tasks import campaign_advance_task
-
     with transaction.atomic():
         campaign = Campaign.objects.select_for_update().filter(runs__pk=run_id).first()
         if campaign is None or not Run.objects.filter(pk=run_id, kill_pending=True).update(kill_pending=False):
             return  # a repeated kill: already done
-        campaign_id = campaign.pk
         if campaign.status == CampaignStatus.RUNNING:
-            transaction.on_commit(partial(campaign_advance_task.delay, campaign_id))
+            campaign_advance_soon(campaign_id=campaign.pk)
         elif campaign.is_terminal:
             campaign_wind_down(campaign=campaign)
 

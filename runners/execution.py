@@ -82,9 +82,10 @@ def run_targets(run: Run, *, started: bool = False) -> list[RunTarget]:
     return [RunTarget(r, remote.node_target(r.node)) for r in rows if r.node and (r.remote_dir or not started)]
 
 
-def main_targets(run: Run) -> list[RunTarget]:
-    """The hosts that run a main command (an MPI job's other hosts only take part)."""
-    return [h for h in run_targets(run, started=True) if h.row.command]
+def main_targets(run: Run, targets: list[RunTarget] | None = None) -> list[RunTarget]:
+    """The hosts that run a main command (an MPI job's other hosts only take part), of ``targets`` when the run's
+    started hosts are loaded already."""
+    return [h for h in (targets if targets is not None else run_targets(run, started=True)) if h.row.command]
 
 
 def data_dir_for(run: Run, node_name: str, root: str, mounts: tuple[str, ...] = ()) -> str:
@@ -605,9 +606,7 @@ def store_live_log(run: Run, target: remote.Target, host: RunTarget) -> None:
         return
     log: dict[str, Any] = {"host": host.row.host, "at": timezone.now().isoformat(), "error": ""}
     try:
-        for name in ("stdout", "stderr"):
-            data = target.get(f"{host.row.remote_dir}/{name}", limit=LIVE_LOG_BYTES) or b""
-            log[name] = data.decode(errors="replace")
+        log["stdout"], log["stderr"] = remote.job_output(target, host.row.remote_dir, limit=LIVE_LOG_BYTES)
     except ssh.SSHError as exc:
         log = {**run.live_log, "host": host.row.host, "error": f"the log could not be read at {log['at']}: {exc}"}
     Run.objects.filter(pk=run.pk).update(live_log=log)
@@ -666,7 +665,7 @@ def run_collect(run: Run) -> tuple[str, str]:
     benchmark = get_benchmark(run.campaign.kind)
     targets = run_targets(run, started=True)
     telemetry.stop(run, targets)  # first: the samplers record the benchmark, not this
-    hosts = [h for h in targets if h.row.command]
+    hosts = main_targets(run, targets)
     login = slurm_login(run)
     if login is not None:
         outputs: list[Any] = [_slurm_outcome(run, login)]
@@ -743,7 +742,7 @@ def run_kill(run: Run) -> None:
                 slurm.cancel(login, job_id, host.row.remote_dir)
         return
     targets = run_targets(run, started=True)
-    jobs = [(h.target, h.row.remote_dir) for h in targets if h.row.command]
+    jobs = [(h.target, h.row.remote_dir) for h in main_targets(run, targets)]
     jobs += [(h.target, f"{h.row.remote_dir}/{SERVICE_DIR}") for h in targets if h.row.service_command]
     jobs += telemetry.kill_jobs(run, targets)
     ssh.raise_first(remote.fan_out(jobs, lambda job: remote.job_kill(*job)))
@@ -752,7 +751,7 @@ def run_kill(run: Run) -> None:
 def run_keep_output(run: Run) -> None:
     """Store what a stopped run printed and sampled (best effort: a host that cannot be reached keeps nothing)."""
     targets = run_targets(run, started=True)
-    hosts = [h for h in targets if h.row.command]  # main_targets
+    hosts = main_targets(run, targets)
     login = slurm_login(run)
     outputs = remote.fan_out(hosts, lambda h: remote.job_output(login or h.target, h.row.remote_dir))
     kept = [(h.row, o) for h, o in zip(hosts, outputs, strict=True) if not isinstance(o, BaseException)]

@@ -226,9 +226,10 @@ def job_kill(target: Target, job_dir: str, *, grace: float = 3.0) -> None:
     target.run(line, timeout=grace + 30)
 
 
-def job_output(target: Target, job_dir: str) -> tuple[str, str]:
-    stdout = target.get(f"{job_dir}/stdout") or b""
-    stderr = target.get(f"{job_dir}/stderr") or b""
+def job_output(target: Target, job_dir: str, *, limit: int | None = None) -> tuple[str, str]:
+    """The job's stdout and stderr (each only its last ``limit`` bytes when given)."""
+    stdout = target.get(f"{job_dir}/stdout", limit=limit) or b""
+    stderr = target.get(f"{job_dir}/stderr", limit=limit) or b""
     return stdout.decode(errors="replace"), stderr.decode(errors="replace")
 
 
