@@ -6,13 +6,12 @@ A node's status is changed in the admin, through the API or by an import, all of
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
-from django.db import transaction
 from django.db.models import Q
 
 from campaigns.models import Campaign, CampaignStatus
+from campaigns.services import campaign_advance_soon
 from inventory.models import Node, NodeStatus
 
 
@@ -21,8 +20,6 @@ def node_back_to_active(sender: type[Node], instance: Node, created: bool, **kwa
     instance.status_loaded = instance.status
     if created or instance.status != NodeStatus.ACTIVE or was in (None, NodeStatus.ACTIVE):
         return
-    from campaigns.tasks import campaign_advance_task
-
     wanting = (
         Campaign.objects.filter(status=CampaignStatus.RUNNING)
         .filter(Q(reserved_nodes=instance) | Q(leases__node=instance))
@@ -30,4 +27,4 @@ def node_back_to_active(sender: type[Node], instance: Node, created: bool, **kwa
         .distinct()
     )
     for campaign_id in wanting:
-        transaction.on_commit(partial(campaign_advance_task.delay, campaign_id))
+        campaign_advance_soon(campaign_id=campaign_id)
