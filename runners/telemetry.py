@@ -43,7 +43,6 @@ import numpy.typing as npt
 from django.conf import settings
 
 from campaigns.models import Run
-from campaigns.services import run_provenance_merge
 from runners import remote, ssh
 from runners.benchmarks.base import ParamError
 from runners.tools import isi_statistics
@@ -51,7 +50,7 @@ from runners.tools import sampler as tool
 from telemetry.durations import duration_ns, duration_text
 from telemetry.models import DETAIL_SERIES, Series, SeriesKind, SeriesSource
 from telemetry.prometheus import validate_queries
-from telemetry.services import CHUNK_SAMPLES, run_telemetry_summarize, series_append
+from telemetry.services import CHUNK_SAMPLES, run_telemetry_note, run_telemetry_summarize, series_append
 
 if TYPE_CHECKING:
     from inventory.models import StorageSystem
@@ -388,18 +387,12 @@ def collect(run: Run, hosts: list[RunTarget]) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001 - one host's telemetry must not cost the others theirs
             log.warning("run %s: telemetry of %s not stored: %s", run.pk, host.row.host, exc)
             outcome["errors"].append(f"{host.row.host}: {exc}")
-    warnings: list[str] = []
+    storage_errors: list[str] = []  # the run's storage warnings: they replace what preparing it said
     if storage is not None:
         outcome["storage"] = storage_collect(run, storage)
-        warnings += [f"storage: {e}" for e in outcome["storage"].get("errors", [])]
+        storage_errors = outcome["storage"]["errors"]
     run_telemetry_summarize(run=run, skip=DETAIL_SERIES)
-
-    def note(provenance: dict[str, Any]) -> None:
-        telemetry = dict(provenance.get("telemetry", {}))
-        kept = [w for w in telemetry.get("warnings", []) if not w.startswith("storage: ")]
-        provenance["telemetry"] = {**telemetry, "collected": outcome, "warnings": kept + warnings}
-
-    run_provenance_merge(run_id=run.pk, update=note)
+    run_telemetry_note(run_id=run.pk, key="collected", outcome=outcome, topic="storage", warnings=storage_errors)
     return outcome
 
 

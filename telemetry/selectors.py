@@ -226,7 +226,7 @@ def run_series_overview(*, run_id: int) -> list[SeriesOverview]:
         row["series_id"]: dict(row)
         for row in Chunk.objects.filter(series__run_id=run_id)
         .values("series_id")
-        .annotate(low=Min("min"), high=Max("max"), total=Sum("sum"), samples=Sum("count"))
+        .annotate(low=Min("min"), high=Max("max"), total=Sum("sum"))
     }
     p99s = {
         (host, name.removesuffix(".p99"), labels_key(labels)): value

@@ -15,7 +15,7 @@ from django.utils import timezone
 from campaigns.models import Result, Run
 from campaigns.services import run_provenance_merge
 from runners.benchmarks.base import ParamError
-from telemetry import codec, selectors
+from telemetry import codec, prometheus, selectors
 from telemetry.models import Chunk, Series, SeriesKind, SeriesSource, labels_key
 
 CHUNK_SAMPLES = 65_536
@@ -219,11 +219,10 @@ def run_prometheus_pull(*, run: Run) -> dict[str, Any]:
     Never raises for Prometheus' sake: each query that fails is a warning, recorded with the outcome in the run's
     provenance (``telemetry.prometheus``). Returns that outcome.
     """
-    from telemetry import prometheus
-
+    telemetry = run.campaign.telemetry or {}
     outcome: dict[str, Any] = {"url": settings.RACKBENCH["PROMETHEUS_URL"], "series": 0, "samples": 0, "warnings": []}
     try:
-        queries = prometheus.queries_for(run.campaign.telemetry or {})
+        queries = prometheus.queries_for(telemetry)
     except ParamError as exc:
         queries = []
         outcome["warnings"].append(str(exc))
@@ -233,7 +232,8 @@ def run_prometheus_pull(*, run: Run) -> dict[str, Any]:
     hosts = list(run.hosts.order_by("host").values_list("host", "address"))
     outcome["window"] = [start.isoformat(), end.isoformat()]
     for query in queries:
-        step = prometheus.step_seconds(query, run.campaign.telemetry or {}, start, end)
+        step = prometheus.step_seconds(query, telemetry, start, end)
+        name = prometheus.PREFIX + query.name
         asks = [(h, query.for_host(h, a)) for h, a in hosts] if query.per_host else [(None, query.query)]
         for host, expr in asks:
             try:
@@ -241,9 +241,7 @@ def run_prometheus_pull(*, run: Run) -> dict[str, Any]:
             except prometheus.PrometheusError as exc:
                 outcome["warnings"].append(f"{query.name}{f' on {host}' if host else ''}: {exc}")
                 continue  # what an earlier pull stored stays
-            earlier = Series.objects.filter(
-                run=run, source=SeriesSource.PROMETHEUS, name=prometheus.PREFIX + query.name
-            )
+            earlier = Series.objects.filter(run=run, source=SeriesSource.PROMETHEUS, name=name)
             (earlier.filter(host=host) if host else earlier).delete()
             for item in result:
                 labels = {str(k): str(v) for k, v in (item.get("metric") or {}).items()}
@@ -252,7 +250,7 @@ def run_prometheus_pull(*, run: Run) -> dict[str, Any]:
                     continue
                 where = host or labels.get("instance") or "prometheus"
                 series_append(
-                    run=run, host=where[:100], name=f"{prometheus.PREFIX}{query.name}", labels=labels,
+                    run=run, host=where[:100], name=name, labels=labels,
                     unit=query.unit, kind=SeriesKind.GAUGE, timestamps_ns=np.array(timestamps, dtype=np.int64),
                     values=np.array(values, dtype=np.float64), interval_ns=round(step * 1e9),
                     source=SeriesSource.PROMETHEUS,
@@ -263,14 +261,19 @@ def run_prometheus_pull(*, run: Run) -> dict[str, Any]:
     return outcome
 
 
-def run_telemetry_note(*, run_id: int, key: str, outcome: dict[str, Any]) -> None:
-    """Record ``outcome`` as ``provenance.telemetry.<key>``; its warnings join ``provenance.telemetry.warnings``."""
+def run_telemetry_note(
+    *, run_id: int, key: str, outcome: dict[str, Any], topic: str | None = None, warnings: Iterable[str] | None = None
+) -> None:
+    """Record ``outcome`` as ``provenance.telemetry.<key>``; ``warnings`` (the outcome's own by default) replace the
+    earlier ones of ``topic`` (``key`` by default) in ``provenance.telemetry.warnings``, each as "<topic>: ..."."""
+    topic = topic or key
+    said = [f"{topic}: {w}" for w in (outcome["warnings"] if warnings is None else warnings)]
 
     def note(provenance: dict[str, Any]) -> None:
         telemetry = dict(provenance.get("telemetry") or {})
         telemetry[key] = outcome
-        kept = [w for w in telemetry.get("warnings", []) if not w.startswith(f"{key}: ")]
-        telemetry["warnings"] = kept + [f"{key}: {w}" for w in outcome["warnings"]]
+        kept = [w for w in telemetry.get("warnings", []) if not w.startswith(f"{topic}: ")]
+        telemetry["warnings"] = kept + said
         provenance["telemetry"] = telemetry
 
     run_provenance_merge(run_id=run_id, update=note)

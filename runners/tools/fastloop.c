@@ -87,18 +87,18 @@ int main(int argc, char **argv) {
         return 2;
     }
     int count = argc - 3;
+    size_t width = (size_t)(count + 1);
+    size_t rows = (size_t)(batch / interval) + 2; /* a batch's records, and room for a late tick */
     int *fds = calloc((size_t)count, sizeof *fds);
+    int64_t *records = calloc(rows * width, sizeof *records);
+    if (!fds || !records)
+        return 1;
     for (int i = 0; i < count; i++) {
         long long fd;
         if (parse_whole(argv[3 + i], &fd))
             return 2;
         fds[i] = (int)fd;
     }
-    size_t width = (size_t)(count + 1);
-    size_t rows = (size_t)(batch / interval) + 2; /* a batch's records, and room for a late tick */
-    int64_t *records = calloc(rows * width, sizeof *records);
-    if (!fds || !records)
-        return 1;
 
     struct sigaction action;
     memset(&action, 0, sizeof action);

@@ -18,7 +18,6 @@ real sample of one was at hand.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 MARKER = "@@rackbench-sample"
@@ -90,7 +89,7 @@ def parse_stream(text: str) -> list[StatsSeries]:
     """Every timestamped table of a run's output, as one series per column and node (``{"node": "All"}`` is the
     cluster's total). A table that cannot be read (a command cut off when it was stopped) is skipped when others
     can; when none can, the reason is raised."""
-    series: dict[tuple[str, str], StatsSeries] = defaultdict(lambda: StatsSeries("", "", {}))
+    series: dict[tuple[str, str], StatsSeries] = {}
     errors: list[str] = []
     blocks = text.split(MARKER)[1:]
     if not blocks:
@@ -104,10 +103,10 @@ def parse_stream(text: str) -> list[StatsSeries]:
             errors.append(str(exc))
             continue
         for (column, node), value in sorted(table.items()):
-            one = series[(column, node)]
-            if not one.name:
+            one = series.get((column, node))
+            if one is None:
                 name, unit = COLUMNS[column]
-                one.name, one.unit, one.labels = f"{PREFIX}{name}", unit, {"node": node}
+                one = series[(column, node)] = StatsSeries(f"{PREFIX}{name}", unit, {"node": node})
             if one.timestamps_ns and t_ns <= one.timestamps_ns[-1]:
                 continue  # a clock stepped back: the later table goes
             one.timestamps_ns.append(t_ns)

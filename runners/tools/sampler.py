@@ -805,6 +805,21 @@ def open_groups(
 # --- the sampling loop --------------------------------------------------------------------------------------
 
 
+def _wakeup_fd() -> int:
+    """The read end of a pipe that a signal's arrival writes to (signal.set_wakeup_fd): a loop selecting on it
+    wakes at SIGTERM at once, instead of at the end of its sleep."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    return wake_r
+
+
+def _drain(wake_r: int) -> None:
+    with contextlib.suppress(BlockingIOError):
+        os.read(wake_r, 512)
+
+
 class Loop:
     """One process's groups, all at one interval, written to one file."""
 
@@ -821,10 +836,7 @@ class Loop:
         self.broken: set[str] = set()
 
     def run(self, on_first_tick: Callable[[], None]) -> None:
-        wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_r, False)
-        os.set_blocking(wake_w, False)
-        signal.set_wakeup_fd(wake_w)
+        wake_r = _wakeup_fd()
         for gpu in self.gpus:
             gpu.start()
         self._define_new()
@@ -879,8 +891,7 @@ class Loop:
         now = time.time_ns()
         for fd in ready:
             if fd == wake[0]:
-                with contextlib.suppress(BlockingIOError):
-                    os.read(fd, 512)
+                _drain(fd)
                 continue
             for gpu in self.gpus:
                 if fd in gpu.pending:
@@ -948,12 +959,10 @@ class CompiledLoop(Loop):
         self.binary = binary
         self.counters = [g for g in groups if isinstance(g, CounterFiles) and g.streams]
         self.width = 1 + sum(len(g.fds) for g in self.counters)
+        self.pending = b""  # the start of a record not read whole yet
 
     def run(self, on_first_tick: Callable[[], None]) -> None:
-        wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_r, False)
-        os.set_blocking(wake_w, False)
-        signal.set_wakeup_fd(wake_w)
+        wake_r = _wakeup_fd()
         self._define_new()
         fds = [fd for g in self.counters for fd in g.fds]
         argv = [self.binary, str(self.interval_ns), str(FASTLOOP_BATCH_NS), *map(str, fds)]
@@ -962,15 +971,13 @@ class CompiledLoop(Loop):
         out = proc.stdout.fileno()
         with contextlib.suppress(AttributeError, OSError):  # room for seconds of records (Linux, Python 3.10+)
             fcntl.fcntl(out, fcntl.F_SETPIPE_SZ, 1 << 20)
-        self.pending = b""
         first = True
         flush_at = time.time_ns() + FLUSH_NS
         try:
             while True:
                 ready, _, _ = select.select([out, wake_r], (), (), 1.0)
                 if wake_r in ready:
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(wake_r, 512)
+                    _drain(wake_r)
                 if _stopping:
                     break
                 if out in ready:
