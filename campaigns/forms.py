@@ -75,10 +75,11 @@ class BuilderForm(forms.Form):
         self.fields["picked"].choices = [(n.name, n.name) for n in self.nodes]  # type: ignore[attr-defined]
         self.fields["team"].queryset = teams  # type: ignore[attr-defined]
         self.many_teams = len(teams) > 1
+        self.only_team = teams[0] if len(teams) == 1 else None  # taken when the form asks nothing
         if self.many_teams:
             self.fields["team"].required = True
         elif not self.is_bound:
-            self.initial.setdefault("team", teams[0] if teams else None)
+            self.initial.setdefault("team", self.only_team)
 
     def clean_definition(self) -> dict[str, Any]:
         try:
@@ -87,11 +88,7 @@ class BuilderForm(forms.Form):
             raise forms.ValidationError(exc.message) from None
 
     def clean_team(self) -> Team | None:
-        team = self.cleaned_data.get("team")
-        if team is None and not self.many_teams:
-            teams = list(self.fields["team"].queryset)  # type: ignore[attr-defined]
-            team = teams[0] if teams else None
-        return team
+        return self.cleaned_data.get("team") or self.only_team
 
     def spec(self) -> dict[str, Any]:
         """The parsed definition with the picked nodes merged into ``nodes:`` (valid forms only)."""

@@ -196,8 +196,9 @@ def campaign_new(request: HttpRequest) -> HttpResponse:
     form = _builder_form(request, request.POST if request.method == "POST" else _starting_point(request))
     if request.method == "POST" and form.is_valid():
         if "download" in request.POST:
-            text = form.data["definition"] if not form.cleaned_data["picked"] else to_yaml(form.spec())
-            return _yaml_download(text, str(form.spec().get("name") or "campaign"))
+            data = form.spec()
+            text = to_yaml(data) if form.cleaned_data["picked"] else form.data["definition"]
+            return _yaml_download(text, str(data.get("name") or ""))
         if "create" in request.POST or "launch" in request.POST:
             campaign = form.save(owner=request.user)
             if campaign is not None:

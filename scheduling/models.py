@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
 from campaigns.models import Campaign
@@ -48,10 +49,11 @@ class Schedule(models.Model):
         return f"{self.campaign.name}: {self.describe()}"
 
     def describe(self) -> str:
+        """'once at 2026-03-11 02:30' (in the current time zone, as templates show times) or the recurrence."""
         from scheduling import recurrence
 
         if self.kind == ScheduleKind.ONCE:
-            return "once"
+            return f"once at {timezone.localtime(self.run_at):%Y-%m-%d %H:%M}" if self.run_at else "once"
         return recurrence.describe(self.kind, self.cron)
 
 

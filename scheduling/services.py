@@ -18,6 +18,7 @@ from django.utils import timezone
 from django_celery_beat.models import ClockedSchedule, CrontabSchedule, PeriodicTask, PeriodicTasks
 
 from campaigns.models import Campaign, CampaignStatus
+from campaigns.selectors import unused_name
 from campaigns.services import CampaignError, campaign_clone, campaign_launch
 from campaigns.spec import SpecError
 from scheduling import recurrence
@@ -51,12 +52,7 @@ def clone_name(campaign: Campaign, at: datetime) -> str:
     """``<name>-YYYYMMDD-HHMM`` (local time), cut to fit the 100-character limit, with ``-2``, ``-3``... when
     that name is taken (two firings in one minute)."""
     stamp = f"-{timezone.localtime(at, display_tz()):%Y%m%d-%H%M}"
-    base = campaign.name[: 100 - len(stamp) - 4] + stamp
-    name, n = base, 1
-    while Campaign.objects.filter(name=name).exists():
-        n += 1
-        name = f"{base}-{n}"
-    return name
+    return unused_name(campaign.name[: 100 - len(stamp) - 4] + stamp)
 
 
 def _cron_for(kind: str, *, at: Any = None, weekday: int | None = None, cron: str = "") -> str:

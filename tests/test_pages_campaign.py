@@ -20,6 +20,7 @@ from django.utils import timezone
 from campaigns import services
 from campaigns.models import Campaign, CampaignStatus, Result, Run, RunStatus
 from campaigns.services import campaign_apply, campaign_launch
+from campaigns.templatetags.rackbench import duration, seconds
 from inventory.services import node_upsert
 from tests.conftest import finished, wait_for
 
@@ -90,6 +91,13 @@ def test_it_shows_progress_eta_grid_and_the_queue_spot_while_running(member: Any
         assert f'class="cell status-{status}" href="/runs/{run.pk}/"' in page
     assert ">Cancel</button>" in page and "Re-run failed" not in page and ">Clone</a>" in page
     assert "Running now" in page and f"run {runs[2].sequence}" in page
+
+
+def test_durations_read_in_seconds_minutes_or_hours() -> None:
+    start = timezone.now()
+    assert [seconds(s) for s in (4.24, 187, 7500, None, -3)] == ["4.2 s", "3 min 07 s", "2 h 05 min", "—", "0.0 s"]
+    assert duration(start, start + timedelta(minutes=3, seconds=7)) == "3 min 07 s" and duration(start, None) == "—"
+    assert seconds(timedelta(hours=1)) == "1 h 00 min"
 
 
 @pytest.mark.django_db

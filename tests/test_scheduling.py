@@ -120,6 +120,15 @@ def test_a_second_delivery_in_the_same_minute_launches_nothing_more(template: Ca
     assert Campaign.objects.count() == 2
 
 
+def test_a_clone_name_taken_in_the_same_minute_gets_a_number(template: Campaign) -> None:
+    at = datetime(2026, 3, 11, 2, 0, tzinfo=UTC)
+    campaign_services.campaign_clone(campaign=template, name="nightly-fio-20260311-0200")
+
+    assert services.clone_name(template, at) == "nightly-fio-20260311-0200-2"
+    campaign_services.campaign_clone(campaign=template, name="nightly-fio-20260311-0200-2")
+    assert services.clone_name(template, at) == "nightly-fio-20260311-0200-3"
+
+
 def fire(schedule: Schedule, at: datetime) -> str | None:
     """The name of the clone a delivery of the schedule's task at ``at`` launched; None when it launched none."""
     firing = services.schedule_fire(schedule_id=schedule.pk, at=at)
@@ -253,6 +262,19 @@ def test_the_owner_schedules_a_campaign_nightly_and_sees_the_next_runs(template:
     weekly = client.post("/schedules/", {"campaign": "nightly-fio", "when": "weekly", "time": "06:00", "weekday": "1"})
     assert weekly.status_code == 302 and Schedule.objects.filter(cron="0 6 * * 1").exists()
     assert "weekly on Monday at 06:00" in client.get("/schedules/").content.decode()
+
+
+def test_a_one_off_reads_with_its_date_and_time(template: Campaign, owner: Any) -> None:
+    run_at = timezone.localtime(later(days=2)).replace(second=0, microsecond=0)
+    client = signed_in(owner)
+
+    data = {"when": "once", "run_at": f"{run_at:%Y-%m-%dT%H:%M}"}
+    response = client.post(f"/campaigns/{template.pk}/schedule/", data, follow=True)
+
+    when = f"once at {run_at:%Y-%m-%d %H:%M}"
+    assert f"Scheduled nightly-fio: {when}." in response.content.decode()  # the message, over the detail page
+    assert f"nightly-fio: {when}" in response.content.decode()
+    assert f">{when}</a>" in client.get("/schedules/").content.decode()
 
 
 def test_launch_now_launches_a_draft_and_clones_a_campaign_that_ran(template: Campaign, owner: Any) -> None:

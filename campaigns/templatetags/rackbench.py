@@ -25,25 +25,24 @@ def duration(start: datetime | None, end: datetime | None) -> str:
     """'4.2 s', '3 min 07 s' or '2 h 05 min' between two datetimes; '—' when either is missing."""
     if not start or not end:
         return "—"
-    seconds = max((end - start).total_seconds(), 0.0)
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} min {secs:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"
+    return seconds(end - start)
 
 
 @register.filter
 def seconds(value: float | timedelta | None) -> str:
-    """A number of seconds (or a timedelta) the way ``duration`` writes it; '—' for None."""
+    """A number of seconds (or a timedelta) as '4.2 s', '3 min 07 s' or '2 h 05 min'; '—' for None."""
     if value is None:
         return "—"
     if isinstance(value, timedelta):
         value = value.total_seconds()
-    start = datetime(2000, 1, 1)
-    return duration(start, start + timedelta(seconds=value))
+    value = max(value, 0.0)
+    if value < 60:
+        return f"{value:.1f} s"
+    minutes, secs = divmod(int(value), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
 
 
 @register.filter
