@@ -22,6 +22,7 @@ from campaigns.models import Campaign, CampaignStatus, Result, Run, RunStatus
 from campaigns.services import campaign_apply, campaign_launch
 from campaigns.templatetags.rackbench import duration, seconds
 from inventory.services import node_upsert
+from runners import execution, remote, ssh
 from tests.conftest import finished, wait_for
 
 HX = {"HX-Request": "true"}
@@ -247,6 +248,10 @@ def test_the_page_shows_the_running_runs_output_as_the_worker_read_it(
 
 def test_a_run_nobody_watches_has_no_output_read_for_the_page(owner: Any, running: Campaign) -> None:
     run = running.runs.get(status=RunStatus.RUNNING)
-    assert run.live_log_wanted_at is None  # the poll task reads nothing for it
+    unreachable = remote.Target(ssh.Endpoint(address="192.0.2.1", port=22, username="root"), None)
+    host = execution.RunTarget(run.hosts.get(), unreachable)
+
+    execution.store_live_log(run, host.target, host)  # nobody watches: the host is not asked (it is unreachable)
+    assert Run.objects.get(pk=run.pk).live_log == {}
     signed_in(owner).get(url(running), headers=HX)
     assert Run.objects.get(pk=run.pk).live_log_wanted_at is not None
