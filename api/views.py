@@ -32,6 +32,7 @@ from campaigns import baselines, selectors, services
 from campaigns.models import Baseline, Campaign, CampaignStatus, Result, Run, Verdict
 from campaigns.presets import preset_get, preset_list
 from campaigns.spec import SpecError, load_yaml
+from inventory import selectors as inventory_selectors
 from inventory.models import Credential, Interface, Node, StorageSystem
 from telemetry import selectors as telemetry_selectors
 from telemetry.models import Series
@@ -41,13 +42,11 @@ SERIES_MAX_POINTS = 1_000_000
 
 
 class ScopedMixin:
-    """Views that see through the request's scope; ``scope`` is computed once per request."""
+    """Views that see through the request's scope (built once per request by ``scope_for``)."""
 
     @property
     def scope(self) -> Scope:
-        if not hasattr(self, "_scope"):
-            self._scope = scope_for(self.request)  # type: ignore[attr-defined]
-        return self._scope
+        return scope_for(self.request)  # type: ignore[attr-defined]
 
     def get_serializer_context(self) -> dict[str, Any]:
         return {**super().get_serializer_context(), "scope": self.scope}  # type: ignore[misc]
@@ -76,9 +75,10 @@ def team_for_new(scope: Scope, name: str | None) -> Team | None:
         if team is None:
             raise ValidationError({"team": [f"you are not a member of a team named {name!r}"]})
         return team
-    if scope.team is None and scope.team_ids:
+    team = scope.team
+    if team is None and scope.team_ids:
         raise ValidationError({"team": ["you belong to several teams: say which one"]})
-    return scope.team
+    return team
 
 
 class NodeViewSet(InventoryGuard, viewsets.ModelViewSet):
@@ -88,8 +88,7 @@ class NodeViewSet(InventoryGuard, viewsets.ModelViewSet):
     filterset_class = filters.NodeFilter
 
     def get_queryset(self) -> QuerySet[Node]:
-        nodes = Node.objects.select_related("site", "credential", "team").prefetch_related("tags")
-        return self.scope.filter(nodes).order_by("name")
+        return self.scope.filter(inventory_selectors.node_list()).order_by("name")
 
     def perform_destroy(self, instance: Node) -> None:
         if hasattr(instance, "lease"):
@@ -121,8 +120,7 @@ class StorageSystemViewSet(InventoryGuard, viewsets.ModelViewSet):
     filterset_class = filters.StorageFilter
 
     def get_queryset(self) -> QuerySet[StorageSystem]:
-        storage = StorageSystem.objects.select_related("site", "admin_credential", "team")
-        return self.scope.filter(storage).order_by("name")
+        return self.scope.filter(inventory_selectors.storage_list()).order_by("name")
 
 
 class PresetViewSet(ScopedMixin, viewsets.ViewSet):

@@ -196,10 +196,10 @@ def _excerpt(payload: bytes, limit: int = 200) -> str:
 
 @dataclass
 class Tracked:
-    """What the client knows about one campaign; ``phase`` goes running -> done."""
+    """What the client knows about one campaign; ``done`` once it has its verdict or has failed."""
 
     campaign: dict[str, Any]
-    phase: str = "running"
+    done: bool = False
     verdict: dict[str, Any] | None = None
     no_baseline: str | None = None
     error: str | None = None
@@ -214,15 +214,11 @@ class Tracked:
         return str(self.campaign.get("name") or f"campaign {self.campaign.get('id', '?')}")
 
     @property
-    def done(self) -> bool:
-        return self.phase == "done"
-
-    @property
     def duration(self) -> float:
         return max(0.0, self.ended - self.started) if self.started else 0.0
 
     def finish(self) -> None:
-        self.phase = "done"
+        self.done = True
         self.ended = time.monotonic()
 
     def fail(self, message: str, error_type: str = "error") -> None:
@@ -334,20 +330,22 @@ def _verdict(api: Api, t: Tracked, policy: Policy) -> None:
     options (``--baseline``, ``--threshold``, ``--alpha``) or none was stored (the family had no baseline)."""
     path = f"/api/v1/campaigns/{t.campaign['id']}/verdict/"
     options = policy.verdict_request()
-    try:
-        verdict = api.call("GET", path) if not options else None
-    except ApiError as exc:
-        if exc.status != 404:
+    verdict = None
+    if not options:
+        try:
+            verdict = api.call("GET", path)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+    if verdict is None:
+        try:
+            verdict = api.call("POST", path, options)
+        except ApiError as exc:
+            if exc.status == 404 and exc.extra.get("reason") == "no-baseline":
+                t.no_baseline = exc.message
+                t.finish()
+                return
             raise
-        verdict = None
-    try:
-        verdict = verdict if verdict is not None else api.call("POST", path, options)
-    except ApiError as exc:
-        if exc.status == 404 and exc.extra.get("reason") == "no-baseline":
-            t.no_baseline = exc.message
-            t.finish()
-            return
-        raise
     t.verdict = _verdict_json(verdict, path)
     t.finish()
 

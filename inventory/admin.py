@@ -11,7 +11,6 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -19,7 +18,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from inventory import importers, services, tasks
+from inventory import importers, services
 from inventory.forms import CredentialForm, NodeImportForm
 from inventory.models import Credential, HostKey, Interface, Node, Site, StorageSystem, Tag
 
@@ -111,12 +110,7 @@ class NodeAdmin(admin.ModelAdmin):
     @admin.action(description="Collect facts", permissions=["change"])
     def collect_facts(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
         node_ids = list(queryset.values_list("pk", flat=True))
-
-        def enqueue() -> None:
-            for node_id in node_ids:
-                tasks.collect_facts_task.delay(node_id)
-
-        transaction.on_commit(enqueue)
+        services.node_collect_facts(node_ids=node_ids)
         self.message_user(request, f"Queued fact collection for {len(node_ids)} node(s).", messages.SUCCESS)
 
     def get_urls(self) -> list[URLPattern]:

@@ -12,11 +12,11 @@ from inventory.models import Node, StorageSystem
 
 def node_list() -> QuerySet[Node]:
     """Every node with what its lists show; filtering is inventory.filters' and api.filters' (django-filter)."""
-    return Node.objects.select_related("site", "credential").prefetch_related("tags")
+    return Node.objects.select_related("site", "credential", "team").prefetch_related("tags")
 
 
 def storage_list() -> QuerySet[StorageSystem]:
-    return StorageSystem.objects.select_related("site", "admin_credential")
+    return StorageSystem.objects.select_related("site", "admin_credential", "team")
 
 
 def inventory_can_change(*, user: Any, obj: Node | StorageSystem) -> bool:

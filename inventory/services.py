@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 import paramiko
@@ -91,6 +93,14 @@ def hostkey_forget(*, address: str, port: int) -> int:
     """Forget a pinned key (after a node was reinstalled, by an administrator's decision)."""
     deleted, _ = HostKey.objects.filter(address=address, port=port).delete()
     return deleted
+
+
+def node_collect_facts(*, node_ids: Iterable[int]) -> None:
+    """Queue the collection of these nodes' facts, one task each, once the current transaction commits."""
+    from inventory.tasks import collect_facts_task  # the task stores facts through this module
+
+    for node_id in node_ids:
+        transaction.on_commit(partial(collect_facts_task.delay, node_id))
 
 
 def node_store_facts(*, node: Node, facts: dict[str, Any]) -> Node:

@@ -3,34 +3,29 @@
 from __future__ import annotations
 
 import json
-from functools import partial
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from accounts.selectors import visible
-from inventory import selectors
+from inventory import selectors, services
 from inventory.filters import NodeFilter
 from inventory.models import Node
-from inventory.tasks import collect_facts_task
 
 
 @login_required
 def node_list(request: HttpRequest) -> HttpResponse:
-    nodes = NodeFilter(
-        request.GET or None, queryset=visible(selectors.node_list().select_related("team"), request=request)
-    )
+    nodes = NodeFilter(request.GET or None, queryset=visible(selectors.node_list(), request=request))
     filtered = any(request.GET.get(key) for key in nodes.filters)
     return render(request, "inventory/node_list.html", {"filter": nodes, "nodes": nodes.qs, "filtered": filtered})
 
 
 @login_required
 def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    node = get_object_or_404(visible(selectors.node_list().select_related("team"), request=request), pk=pk)
+    node = get_object_or_404(visible(selectors.node_list(), request=request), pk=pk)
     context = {
         "node": node,
         "interfaces": node.interfaces.all(),
@@ -49,7 +44,7 @@ def node_collect_facts(request: HttpRequest, pk: int) -> HttpResponse:
         who = "staff" if node.team_id is None else f"staff or a member of team {node.team}"
         messages.error(request, f"Only {who} may collect the facts of {node.name}.")
     else:
-        transaction.on_commit(partial(collect_facts_task.delay, node.pk))
+        services.node_collect_facts(node_ids=[node.pk])
         messages.success(request, f"Collecting the facts of {node.name}: reload this page in a few seconds.")
     return redirect("inventory:node-detail", pk=node.pk)
 
@@ -57,7 +52,5 @@ def node_collect_facts(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def storage_list(request: HttpRequest) -> HttpResponse:
     return render(
-        request,
-        "inventory/storage_list.html",
-        {"systems": visible(selectors.storage_list().select_related("team"), request=request)},
+        request, "inventory/storage_list.html", {"systems": visible(selectors.storage_list(), request=request)}
     )

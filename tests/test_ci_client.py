@@ -122,7 +122,7 @@ def verdict(
 
 
 def judged(v: dict[str, Any], name: str = "fio-nvme-ci", cid: int = 7) -> Tracked:
-    t = Tracked({"id": cid, "name": name, "status": "succeeded"}, verdict=v, phase="done")
+    t = Tracked({"id": cid, "name": name, "status": "succeeded"}, verdict=v, done=True)
     t.started, t.ended = 100.0, 412.5
     return t
 
@@ -134,7 +134,7 @@ def errored(message: str = "campaign failed: 12/12 runs done, 3 failed", cid: in
 
 
 def no_baseline() -> Tracked:
-    return Tracked({"id": 9, "name": "fio-new"}, no_baseline="no baseline for family fio-new", phase="done")
+    return Tracked({"id": 9, "name": "fio-new"}, no_baseline="no baseline for family fio-new", done=True)
 
 
 def parse(tracked: list[Tracked], policy: Policy = Policy()) -> ET.Element:
