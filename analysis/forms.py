@@ -80,7 +80,7 @@ def ids(query: QueryDict, key: str) -> tuple[list[int], list[str]]:
     for raw in query.getlist(key):
         for part in filter(None, (p.strip() for p in raw.split(","))):
             if not re.fullmatch(r"[0-9]{1,12}", part):
-                errors.append(f"{key}={part!r} is not a whole number (a campaign id)")
+                errors.append(f"{key}={part!r} is not a whole number (an id)")
             elif int(part) not in out:
                 out.append(int(part))
     return out, errors

@@ -277,7 +277,8 @@ def storage_report(
     ids = [campaign.pk] if campaign else []
     stats = selectors.point_stats(campaign_ids=ids, metric=metric) if campaign and metric else []
     x = x_axis(stats, x, asked=x_asked)
-    stored = selectors.point_means(campaign_ids=ids, metrics=selectors.STORED_METRICS) if stats else {}
+    own = bool(stats) and metric == selectors.THROUGHPUT  # only a training run stores figures beside it
+    stored = selectors.point_means(campaign_ids=ids, metrics=selectors.STORED_METRICS) if own else {}
     record = inputs.record_size_bytes
     demands = {}
     for p in stats:

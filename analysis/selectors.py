@@ -6,7 +6,6 @@ Only succeeded repetitions count (warm-ups left out), as in campaigns.selectors.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,14 +70,14 @@ def point_params(*, campaign_ids: list[int]) -> dict[tuple[int, int], dict[str, 
     """The parameters of every matrix point of the campaigns, by (campaign id, point), read from one run each."""
     if not campaign_ids:
         return {}
-    firsts = (
-        Run.objects.filter(campaign_id__in=campaign_ids)
-        .values("campaign_id", "point")
-        .annotate(first=Min("pk"))
-        .values("first")
-    )
-    rows = Run.objects.filter(pk__in=firsts).values_list("campaign_id", "point", "params")
-    return {(cid, point): params for cid, point, params in rows}
+    rows = _first_per_point(Run.objects.filter(campaign_id__in=campaign_ids))
+    return {(cid, point): params for cid, point, params in rows.values_list("campaign_id", "point", "params")}
+
+
+def _first_per_point(runs: QuerySet[Run]) -> QuerySet[Run]:
+    """The first of the given runs at each (campaign, point): one row per point, whatever its repetitions."""
+    firsts = runs.values("campaign_id", "point").annotate(first=Min("pk")).values("first")
+    return Run.objects.filter(pk__in=firsts)
 
 
 # --- sets to compare ---------------------------------------------------------------------------------------------
@@ -141,13 +140,9 @@ def describe_params(params: dict[str, Any]) -> str:
 def sample_runs(campaign_ids: list[int]) -> QuerySet[Run]:
     """The first succeeded repetition of each matrix point: what a campaign's runs report, without reading all of
     them (a 10,000-run campaign has a million result rows)."""
-    firsts = (
+    return _first_per_point(
         Run.objects.filter(campaign_id__in=campaign_ids, status=RunStatus.SUCCEEDED, is_warmup=False)
-        .values("campaign_id", "point")
-        .annotate(first=Min("pk"))
-        .values("first")
     )
-    return Run.objects.filter(pk__in=firsts)
 
 
 def metric_names(*, campaign_ids: list[int], aggregate_only: bool = True) -> list[str]:
@@ -188,23 +183,30 @@ class PointStat:
 
 def point_stats(*, campaign_ids: list[int], metric: str) -> list[PointStat]:
     """The metric's aggregate across hosts (no labels) per campaign and point, with each point's hosts and GPUs."""
-    rows = (
-        Result.objects.filter(SUCCEEDED, run__campaign_id__in=campaign_ids, name=metric, host="", labels={})
-        .values("run__campaign_id", "run__point")
-        .annotate(mean=Avg("value"), stdev=StdDev("value", sample=True), n=Count("id"), unit=Max("unit"))
-        .order_by("run__campaign_id", "run__point")
-    )
-    stats = [
-        PointStat(r["run__campaign_id"], r["run__point"], {}, r["mean"], r["stdev"] if r["n"] > 1 else None, r["n"],
-                  r["unit"])
-        for r in rows
-    ]  # fmt: skip
-    params = point_params(campaign_ids=campaign_ids)
+    rows = Result.objects.filter(SUCCEEDED, run__campaign_id__in=campaign_ids, name=metric, host="", labels={})
+    stats = _stats(rows, campaign_ids)
     machines = _hosts_per_point(campaign_ids)
     for s in stats:
-        s.params = params.get((s.campaign_id, s.point), {})
         s.hosts, s.gpus = machines.get((s.campaign_id, s.point), (None, None))
     return stats
+
+
+def _stats(rows: QuerySet[Result], campaign_ids: list[int], *by: str) -> list[PointStat]:
+    """The rows' mean, sample stdev (None for a single repetition), count and unit per campaign and point (and per
+    ``by``: host, labels), in that order, each with its point's parameters."""
+    group = ("run__campaign_id", "run__point", *by)
+    grouped = (
+        rows.values(*group)
+        .annotate(mean=Avg("value"), stdev=StdDev("value", sample=True), n=Count("id"), unit=Max("unit"))
+        .order_by(*group)
+    )
+    params = point_params(campaign_ids=campaign_ids)
+    return [
+        PointStat(r["run__campaign_id"], r["run__point"], params.get((r["run__campaign_id"], r["run__point"]), {}),
+                  r["mean"], r["stdev"] if r["n"] > 1 else None, r["n"], r["unit"], r.get("host", ""),
+                  r.get("labels", {}))
+        for r in grouped
+    ]  # fmt: skip
 
 
 def _hosts_per_point(campaign_ids: list[int]) -> dict[tuple[int, int], tuple[float, float]]:
@@ -239,24 +241,7 @@ def sweep_stats(*, campaign_ids: list[int], metric: str, hosts: str) -> list[Poi
         rows = rows.filter(host="")
     elif hosts == "per-node":
         rows = rows.exclude(host="")
-    grouped = (
-        rows.values("run__campaign_id", "run__point", "host", "labels")
-        .annotate(mean=Avg("value"), stdev=StdDev("value", sample=True), n=Count("id"), unit=Max("unit"))
-        .order_by("run__campaign_id", "run__point", "host")
-    )
-    stats = [
-        PointStat(r["run__campaign_id"], r["run__point"], {}, r["mean"], r["stdev"] if r["n"] > 1 else None, r["n"],
-                  r["unit"], r["host"], r["labels"])
-        for r in grouped
-    ]  # fmt: skip
-    params = point_params(campaign_ids=campaign_ids)
-    for s in stats:
-        s.params = params.get((s.campaign_id, s.point), {})
-    return stats
-
-
-def label_key(labels: dict[str, Any]) -> str:
-    return json.dumps(labels, sort_keys=True)
+    return _stats(rows, campaign_ids, "host", "labels")
 
 
 # --- storage ---------------------------------------------------------------------------------------------------

@@ -52,6 +52,14 @@ def _picked(request: HttpRequest, errors: list[str], key: str = "campaign") -> l
     return selectors.campaigns_by_id(request=request, ids=ids)
 
 
+def _scaling_x(request: HttpRequest, campaigns: list[Campaign], errors: list[str]) -> tuple[list[str], str]:
+    """The x axes a scaling chart offers (the runs' GPUs, their node count, the campaigns' matrix axes) and the one
+    asked for, GPUs by default."""
+    axes = sorted({a for c in campaigns for a, _ in c.matrix})
+    choices = list(dict.fromkeys([selectors.X_GPUS, selectors.X_HOSTS, *axes]))
+    return choices, _choice(request.GET, "x", choices, (), errors, "x axis") or selectors.X_GPUS
+
+
 def _base(request: HttpRequest, campaigns: list[Campaign], errors: list[str]) -> dict[str, Any]:
     selected = [c.pk for c in campaigns]
     return {"errors": errors, "campaigns": campaigns, "selected": selected,
@@ -89,12 +97,9 @@ def scaling(request: HttpRequest) -> HttpResponse:
     errors: list[str] = []
     campaigns = _picked(request, errors)
     context = _base(request, campaigns, errors)
-    ids = context["selected"]
-    metrics = selectors.metric_names(campaign_ids=ids)
-    axes = sorted({a for c in campaigns for a, _ in c.matrix})
-    x_choices = list(dict.fromkeys([selectors.X_GPUS, selectors.X_HOSTS, *axes]))
+    metrics = selectors.metric_names(campaign_ids=context["selected"])
     metric = _choice(request.GET, "metric", metrics, SCALING_METRICS, errors, "metric")
-    x = _choice(request.GET, "x", x_choices, (), errors, "x axis") or selectors.X_GPUS
+    x_choices, x = _scaling_x(request, campaigns, errors)
     where = forms.where(request.GET, errors)
     context.update(metrics=metrics, metric=metric, x_choices=x_choices, x=x, where=where)
     figure, tables = None, []
@@ -134,27 +139,24 @@ def storage(request: HttpRequest) -> HttpResponse:
     errors: list[str] = []
     campaigns = _picked(request, errors)[:1]
     context = _base(request, campaigns, errors)
-    measured_ids, bad = forms.ids(request.GET, "measured")
-    errors += bad
-    measured = selectors.campaigns_by_id(request=request, ids=measured_ids[:1])
+    measured = next(iter(_picked(request, errors, "measured")), None)
     storages = list(selectors.storage_choices(request=request))
     storage_ids, bad = forms.ids(request.GET, "storage")
     errors += bad
     storage = selectors.storage_by_id(request=request, pk=storage_ids[0]) if storage_ids else None
-    context.update(storages=storages, measured=measured[0] if measured else None, storage=storage,
+    context.update(storages=storages, measured=measured, storage=storage,
                    storage_campaigns=selectors.visible_campaigns(request=request).filter(
                        kind__in=list(selectors.STORAGE_METRICS)).order_by("-created_at")[:100])  # fmt: skip
     campaign = campaigns[0] if campaigns else None
     metrics = selectors.metric_names(campaign_ids=context["selected"])
     metric = _choice(request.GET, "metric", metrics, ("images_per_sec",), errors, "metric")
-    x_choices = [selectors.X_GPUS, selectors.X_HOSTS, *(a for a, _ in campaign.matrix)] if campaign else []
-    x = _choice(request.GET, "x", x_choices, (), errors, "x axis") or selectors.X_GPUS
+    x_choices, x = _scaling_x(request, campaigns, errors)
     record = forms.positive_number(request.GET, "record_size", "the mean record size", errors)
     inputs = reports.StorageInputs(
         record_size_bytes=record or (selectors.record_size_default(campaign) if campaign else None),
         record_size_entered=record is not None,
         storage=storage or (campaign.storage if campaign else None),
-        measured=measured[0] if measured else None,
+        measured=measured,
         per_gpu_mbps=forms.positive_number(request.GET, "per_gpu", "MB/s per GPU", errors),
         per_node_mbps=forms.positive_number(request.GET, "per_node", "MB/s per storage node", errors),
         gpus=forms.whole_number(request.GET, "gpus", "the number of GPUs", errors, low=1, high=1_000_000),
