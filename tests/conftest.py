@@ -46,11 +46,16 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float = 60.0, interval: f
 
 
 def finished(campaign: Any, timeout: float = 120) -> Any:
-    """Wait until the campaign has ended (whatever its outcome) and return it refreshed."""
+    """Wait until the campaign has ended (whatever its outcome) and wound down: its kills done and its nodes given
+    back, so no worker still writes for it when the test's database is flushed. Returns it refreshed."""
 
     def done() -> bool:
         campaign.refresh_from_db()
-        return campaign.is_terminal
+        return (
+            campaign.is_terminal
+            and not campaign.leases.exists()
+            and not campaign.runs.filter(kill_pending=True).exists()
+        )
 
     wait_for(done, timeout=timeout, what=f"campaign {campaign.name} to end")
     return campaign

@@ -12,7 +12,7 @@ import pytest
 from django.utils.dateparse import parse_datetime
 
 from campaigns import selectors, services
-from campaigns.models import Campaign, CampaignStatus, Run, RunStatus
+from campaigns.models import CampaignStatus, Run, RunStatus
 from inventory.models import HostKey
 from inventory.services import node_upsert
 from tests.conftest import LAB_PORT, finished, group_alive, wait_for
@@ -138,7 +138,7 @@ def test_it_cancels_a_running_run_and_kills_fio(lab: dict[str, Any], worker: Any
     wait_for(lambda: not any(group_alive(pid) for pid in pids), timeout=30, what="remote fio to be killed")
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED and run.error == "cancelled by the user"
-    assert Campaign.objects.get(pk=campaign.pk).status == CampaignStatus.CANCELLED
+    assert finished(campaign).status == CampaignStatus.CANCELLED
 
 
 def test_it_times_out_a_run_that_runs_too_long(lab: dict[str, Any], worker: Any) -> None:

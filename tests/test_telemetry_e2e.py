@@ -111,6 +111,7 @@ def test_a_cancelled_run_leaves_no_sampler_behind(lab: dict[str, Any], worker: A
     )
     assert collected["errors"] == [] and collected["hosts"]["lab1"]["samples"] > 0
     assert Series.objects.filter(run=run, name="net.rx_bytes").exists()
+    finished(campaign)  # wound down: the worker is done with it
 
 
 def test_an_mpi_runs_other_host_is_sampled_up_to_the_benchmarks_end_and_stopped(
