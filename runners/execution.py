@@ -424,9 +424,13 @@ def mpi_reachability(run: Run, jobs: list[HostJob]) -> None:
         f"{h.name} ({h.address}:{port})" for h, r in zip(hosts[1:], probes, strict=True) if not getattr(r, "ok", False)
     ]
     detail = _last_lines(result.stderr or result.stdout)
-    where = f"cannot reach {', '.join(failed)} over SSH" if failed else "failed"
+    if not failed:  # every host answers over SSH: mpirun's own daemons failed to call back, which a retry may mend
+        raise ssh.TransientSSHError(
+            primary.target.endpoint, f"MPI reachability check: mpirun from {primary.row.host} failed: {detail}"
+        )
     raise ssh.PermanentSSHError(
-        primary.target.endpoint, f"MPI reachability check: mpirun from {primary.row.host} {where}: {detail}"
+        primary.target.endpoint,
+        f"MPI reachability check: mpirun from {primary.row.host} cannot reach {', '.join(failed)} over SSH: {detail}",
     )
 
 
