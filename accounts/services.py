@@ -12,16 +12,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import ApiToken, Membership, Team, TokenScope
+from common.errors import ApplicationError
 
 TOKEN_PREFIX = "rbk"
 TOKEN_MAX_DAYS = 3650  # ten years; a timedelta of far more overflows
 
 
-class AccountError(ValueError):
-    def __init__(self, message: str, *, field: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
+class AccountError(ApplicationError, ValueError):
+    pass
 
 
 def team_create(*, name: str) -> Team:

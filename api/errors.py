@@ -14,10 +14,7 @@ from django.db.models import ProtectedError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from campaigns.baselines import BaselineError, NoBaseline
-from campaigns.services import CampaignError
-from campaigns.spec import SpecError
-from campaigns.verdicts import PolicyError
+from common.errors import ApplicationError
 
 log = logging.getLogger(__name__)
 
@@ -27,13 +24,8 @@ def error(message: str, status: int, **extra: Any) -> Response:
 
 
 def service_error(exc: Exception) -> Response | None:
-    if isinstance(exc, SpecError | PolicyError):
-        return error(str(exc), 400, field=exc.field)
-    if isinstance(exc, CampaignError | BaselineError):
-        extra = {"field": exc.field} if exc.field else {}
-        return error(exc.message, 409 if exc.conflict else 400, **extra)
-    if isinstance(exc, NoBaseline):
-        return error(str(exc), 404, reason="no-baseline")
+    if isinstance(exc, ApplicationError):
+        return error(str(exc), exc.status, **exc.payload())
     if isinstance(exc, DataError):  # a value the database cannot hold (a NUL in a query parameter, ...)
         return error("invalid input: the database refused one of the values", 400)
     if isinstance(exc, ProtectedError):

@@ -33,6 +33,7 @@ from campaigns.models import (
     Verdict,
     VerdictOutcome,
 )
+from common.errors import ApplicationError, NotFound
 from runners.benchmarks.base import ParamError, get_benchmark
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ HISTORY_CAMPAIGNS = 10  # earlier campaigns of the family used for the campaign-
 LOWER_IS_BETTER_UNITS = {"s", "ms", "us", "µs", "ns", "usec", "msec", "sec"}
 
 
-class NoBaseline(LookupError):
+class NoBaseline(NotFound):
     """The family has no baseline (and none was named)."""
 
 
@@ -114,12 +115,8 @@ def higher_is_better(kind: str, metric: str, unit: str) -> bool:
 # --- baselines ----------------------------------------------------------------------------------
 
 
-class BaselineError(ValueError):
-    def __init__(self, message: str, *, field: str = "", conflict: bool = False) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
-        self.conflict = conflict
+class BaselineError(ApplicationError, ValueError):
+    pass
 
 
 def baseline_set(*, campaign: Campaign, runs: list[Run] | None = None, note: str = "", user: Any = None) -> Baseline:
@@ -200,7 +197,7 @@ def verdict_compute(
     if baseline_campaign is None:
         baseline = baseline or baseline_for(campaign=campaign)
         if baseline is None:
-            raise NoBaseline(f"no baseline for family {campaign.family_name}")
+            raise NoBaseline(f"no baseline for family {campaign.family_name}", reason="no-baseline")
         baseline_campaign = baseline.campaign
         chosen = list(baseline.runs.values_list("pk", flat=True)) or None
     else:

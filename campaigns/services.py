@@ -35,6 +35,7 @@ from campaigns.models import (
     RunStatus,
 )
 from campaigns.spec import SpecError
+from common.errors import ApplicationError
 from inventory.crypto import encrypt
 from inventory.models import Node, NodeStatus, StorageSystem, Tag
 from runners.benchmarks.base import Metric, ParamError
@@ -43,14 +44,8 @@ from runners.mounts import validate_mounts
 log = logging.getLogger(__name__)
 
 
-class CampaignError(ValueError):
+class CampaignError(ApplicationError, ValueError):
     """An action that cannot be done; ``conflict`` marks an invalid state transition (HTTP 409)."""
-
-    def __init__(self, message: str, *, field: str = "", conflict: bool = False) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
-        self.conflict = conflict
 
 
 # --- definition ---------------------------------------------------------------------------------

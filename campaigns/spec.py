@@ -38,6 +38,7 @@ from typing import Any
 
 import yaml
 
+from common.errors import FieldError
 from runners.benchmarks.base import ParamError, get_benchmark
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -51,11 +52,8 @@ CACHE_KEYS = {"flush_clients", "flush_storage"}
 SCALAR = (str, int, float, bool)
 
 
-class SpecError(ValueError):
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}" if field else message)
-        self.field = field
-        self.message = message
+class SpecError(FieldError):
+    pass
 
 
 def load_yaml(text: str) -> dict[str, Any]:

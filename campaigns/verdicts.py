@@ -45,6 +45,8 @@ from typing import Any
 
 from scipy import stats as scipy_stats
 
+from common.errors import FieldError
+
 METHOD = "welch-t"
 METHOD_VERSION = 1
 
@@ -62,11 +64,8 @@ TEST_MISSING = "missing"
 MIN_HISTORY_CAMPAIGNS = 2  # with the baseline, three campaign means: the fewest that give a usable spread
 
 
-class PolicyError(ValueError):
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}" if field else message)
-        self.field = field
-        self.message = message
+class PolicyError(FieldError):
+    pass
 
 
 def _is_number(value: Any) -> bool:

@@ -10,19 +10,18 @@ import paramiko
 from django.db import transaction
 from django.utils import timezone
 
+from common.errors import ApplicationError
 from inventory.crypto import encrypt
 from inventory.models import Credential, HostKey, Interface, Node, Site, StorageSystem, Tag
 from runners.ssh import PermanentSSHError, load_private_key
 from runners.ssh import fingerprint as ssh_fingerprint
 
 
-class InventoryError(ValueError):
+class InventoryError(ApplicationError, ValueError):
     """Bad inventory input; ``field`` names the offending field when there is one."""
 
     def __init__(self, message: str, *, field: str = "", line: int | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
+        super().__init__(message, field=field)
         self.line = line
 
 

@@ -21,6 +21,7 @@ from campaigns.models import Campaign, CampaignStatus
 from campaigns.selectors import unused_name
 from campaigns.services import CampaignError, campaign_clone, campaign_launch
 from campaigns.spec import SpecError
+from common.errors import ApplicationError
 from scheduling import recurrence
 from scheduling.models import Firing, Schedule, ScheduleKind
 
@@ -31,13 +32,8 @@ FIRE_TASK = "scheduling.tasks.schedule_fire_task"
 CLOCK_SKEW = timedelta(seconds=5)
 
 
-class ScheduleError(ValueError):
+class ScheduleError(ApplicationError, ValueError):
     """Bad input for a schedule; ``field`` names the form field at fault."""
-
-    def __init__(self, message: str, *, field: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
 
 
 def display_tz() -> ZoneInfo:

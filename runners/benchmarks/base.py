@@ -9,18 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-
-class ParamError(ValueError):
-    """A parameter is invalid. ``field`` names it so the user can find it."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
-
-
-class ParseError(ValueError):
-    """The tool's output could not be read."""
+from common.errors import ParamError as ParamError
+from common.errors import ParseError as ParseError
 
 
 @dataclass(frozen=True)
