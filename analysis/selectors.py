@@ -16,7 +16,7 @@ from accounts.selectors import visible
 from analysis.forms import Pick, parse_size
 from campaigns.models import Campaign, Result, Run, RunHost, RunStatus
 from inventory.models import StorageSystem
-from runners.benchmarks import training
+from plugins.benchmarks import training
 
 CAMPAIGN_CHOICES = 300  # newest visible campaigns offered in a picker (selected ones always are)
 POINT_CHOICES = 200  # matrix points offered per selected campaign
@@ -25,7 +25,7 @@ X_HOSTS = "node-count"  # x: the number of hosts (nodes) a run used
 X_GPUS = "node-gpus"  # x: the GPUs of those hosts, as the inventory counts them
 SIZE_KEYS = frozenset({"bs", "size_bytes", "block_size", "blocksize", "length", "record_size", "record_size_bytes"})
 STORAGE_METRICS = {"fio": ("read_bw_bytes", 1e-6), "storage_read": ("read_mb_per_sec", 1.0)}  # metric, to MB/s
-# A training run's own throughput and what its plug-in derives from it (runners/benchmarks/training.py)
+# A training run's own throughput and what its plug-in derives from it (plugins/benchmarks/training.py)
 THROUGHPUT, STORED_PER_GPU, STORED_DEMAND = (spec.name for spec in training.TRAINING_METRICS)
 STORED_METRICS = (STORED_DEMAND, STORED_PER_GPU)
 SUCCEEDED = Q(run__status=RunStatus.SUCCEEDED, run__is_warmup=False)

@@ -3,11 +3,11 @@
     .venv/bin/python bench/sampler_overhead.py [--seconds 30]
     DATABASE_URL=postgres://rackbench:rackbench@127.0.0.1:5432/postgres .venv/bin/python bench/sampler_overhead.py
 
-1. The sampler as rackbench runs it (``python3 runners/tools/sampler.py`` in a session of its own), measured for
+1. The sampler as rackbench runs it (``python3 plugins/tools/sampler.py`` in a session of its own), measured for
    --seconds after a one-second warm-up, in five shapes:
 
    - every group at 1 s: what this machine has of them (cpu, mem, net, disk; no NFS mount, HCA or GPU here);
-   - net at 1 ms over the interfaces present, sampled by the compiled loop (runners/tools/fastloop.c);
+   - net at 1 ms over the interfaces present, sampled by the compiled loop (plugins/tools/fastloop.c);
    - net at 1 ms over 8 NICs: where fewer than 8 interfaces exist, the ones present are read over again until there
      are 16 counter files (8 NICs' rx and tx). The kernel's cost per read depends on the driver (lo and virtio
      here, mlx5 on a DGX), so treat it as an order of magnitude. Once with the compiled loop, once with the
@@ -56,10 +56,10 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
-from runners.tools import sampler as tool  # noqa: E402
+from plugins.tools import sampler as tool  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-SAMPLER = ROOT / "runners" / "tools" / "sampler.py"
+SAMPLER = ROOT / "plugins" / "tools" / "sampler.py"
 SCRATCH_DATABASE = "rackbench_sampler_bench"
 MS = 1_000_000
 SECOND = 1_000_000_000

@@ -34,7 +34,7 @@ from campaigns.models import (
     VerdictOutcome,
 )
 from common.errors import ApplicationError, NotFound
-from runners.benchmarks.base import ParamError, get_benchmark
+from plugins.benchmarks.base import ParamError, get_benchmark
 
 log = logging.getLogger(__name__)
 

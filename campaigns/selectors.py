@@ -13,7 +13,7 @@ from django.db.models import Avg, Count, F, Prefetch, Q, QuerySet
 from campaigns import planning
 from campaigns.models import RUN_TERMINAL, Campaign, Result, Run, RunStatus
 from campaigns.verdicts import sample_stdev
-from runners.benchmarks.base import get_benchmark
+from plugins.benchmarks.base import get_benchmark
 
 
 def preview_home(node: Any) -> str:

@@ -38,8 +38,8 @@ from campaigns.spec import SpecError
 from common.errors import ApplicationError
 from inventory.crypto import encrypt
 from inventory.models import Node, NodeStatus, StorageSystem, Tag
-from runners.benchmarks.base import Metric, ParamError
-from runners.mounts import validate_mounts
+from plugins.benchmarks.base import Metric, ParamError
+from plugins.mounts import validate_mounts
 
 log = logging.getLogger(__name__)
 
@@ -637,7 +637,7 @@ def results_import(*, campaign: Campaign, kind: str, outputs: list[tuple[str, st
     The run is added to the campaign as a succeeded run flagged ``imported`` in its provenance; the
     campaign's status is left alone.
     """
-    from runners.benchmarks.base import get_benchmark
+    from plugins.benchmarks.base import get_benchmark
 
     if kind != campaign.kind:
         raise CampaignError(f"campaign {campaign.name} is a {campaign.kind} campaign, not {kind}", field="kind")

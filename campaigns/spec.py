@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 
 from common.errors import FieldError
-from runners.benchmarks.base import ParamError, get_benchmark
+from plugins.benchmarks.base import ParamError, get_benchmark
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 TOP_LEVEL = {
@@ -232,10 +232,10 @@ def _env(value: Any) -> dict[str, str]:
 
 
 def _container(value: Any) -> dict[str, Any]:
-    """The container jobs run in (runners/containers): validated by its runtime, kept as given."""
+    """The container jobs run in (plugins/containers): validated by its runtime, kept as given."""
     from dataclasses import asdict
 
-    from runners.containers import get_runtime, spec_from_dict
+    from plugins.containers import get_runtime, spec_from_dict
 
     if not value:
         return {}
@@ -251,8 +251,8 @@ def _container(value: Any) -> dict[str, Any]:
 
 
 def _launcher(value: Any) -> dict[str, Any]:
-    """How runs start (runners/launchers/slurm.py): {} for the direct launch over SSH."""
-    from runners.launchers.slurm import validate_launcher
+    """How runs start (plugins/launchers/slurm.py): {} for the direct launch over SSH."""
+    from plugins.launchers.slurm import validate_launcher
 
     try:
         return validate_launcher(value)

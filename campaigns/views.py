@@ -37,7 +37,7 @@ from campaigns.models import (
 from campaigns.presets import preset_list
 from campaigns.spec import SpecError, to_yaml
 from inventory.models import Node, NodeStatus
-from runners.benchmarks.base import ParamError
+from plugins.benchmarks.base import ParamError
 from telemetry import charts
 
 TAIL_CHARS = 8_000  # of each host's stdout/stderr shown on the run page; the full log is a download

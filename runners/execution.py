@@ -1,6 +1,6 @@
 """What a run does on its hosts: flush caches, write its files, start it detached, poll, collect, kill.
 
-Under a Slurm launcher (runners/launchers/slurm.py) the primary's main command is submitted with sbatch on the
+Under a Slurm launcher (plugins/launchers/slurm.py) the primary's main command is submitted with sbatch on the
 campaign's login node instead of started detached, and polled, collected and cancelled there.
 
 Called by the tasks in runners.tasks; every state change goes through campaigns.services.
@@ -20,8 +20,7 @@ from campaigns.models import Run, RunHost, RunStatus
 from campaigns.planning import benchmark_params, run_env
 from inventory.crypto import decrypt
 from inventory.models import Node
-from runners import remote, ssh, telemetry
-from runners.benchmarks.base import (
+from plugins.benchmarks.base import (
     Benchmark,
     HostCommand,
     HostContext,
@@ -31,10 +30,12 @@ from runners.benchmarks.base import (
     ParseError,
     get_benchmark,
 )
-from runners.containers import ContainerRuntime, ContainerSpec, get_runtime, spec_from_dict
-from runners.launchers import slurm
-from runners.launchers.mpi import mpirun_argv, options_from_params
-from runners.mounts import MountPlan, mount_command, plan_mounts, unmount_command
+from plugins.containers import ContainerRuntime, ContainerSpec, get_runtime, spec_from_dict
+from plugins.launchers import slurm
+from plugins.launchers.mpi import mpirun_argv, options_from_params
+from plugins.mounts import MountPlan, mount_command, plan_mounts, unmount_command
+from runners import remote, ssh, telemetry
+from runners import slurm as slurm_jobs
 
 TAIL = 4000
 SERVICE_DIR = "service"
@@ -534,7 +535,7 @@ def run_submit(jobs: list[HostJob]) -> None:
     """
     primary = jobs[0] if jobs else None
     if primary is not None and primary.login is not None:  # Slurm: no services, one main (run_prepare checked)
-        job_id = slurm.submit(primary.login, primary.context.run_dir)
+        job_id = slurm_jobs.submit(primary.login, primary.context.run_dir)
         RunHost.objects.filter(pk=primary.row.pk).update(slurm_job_id=job_id)
         return
     services = [j for j in jobs if j.service]
@@ -582,7 +583,7 @@ def run_poll(run: Run) -> PollOutcome:
     login = slurm_login(run)
     if login is not None:
         host, job_id = _slurm_job(run, login)
-        state = slurm.job_state(login, job_id, host.row.remote_dir)
+        state = slurm_jobs.job_state(login, job_id, host.row.remote_dir)
         store_live_log(run, login, host)
         return PollOutcome(finished=state.finished, vanished=[])
     hosts = main_targets(run)
@@ -633,7 +634,7 @@ def _slurm_job(run: Run, login: remote.Target) -> tuple[RunTarget, str]:
     if not hosts:
         raise ssh.PermanentSSHError(login.endpoint, "the run has no main command, so no Slurm job to follow")
     host = hosts[0]
-    job_id = host.row.slurm_job_id or slurm.recorded_job_id(login, host.row.remote_dir)
+    job_id = host.row.slurm_job_id or slurm_jobs.recorded_job_id(login, host.row.remote_dir)
     if not job_id:
         raise ssh.PermanentSSHError(
             login.endpoint, f"the run's Slurm job id is not recorded (look for the job rackbench-{run.pk} in squeue)"
@@ -650,7 +651,7 @@ def _host_outcome(host: RunTarget) -> HostOutcome:
 
 def _slurm_outcome(run: Run, login: remote.Target) -> HostOutcome:
     host, job_id = _slurm_job(run, login)
-    state = slurm.job_state(login, job_id, host.row.remote_dir)
+    state = slurm_jobs.job_state(login, job_id, host.row.remote_dir)
     ended = {"job_id": job_id, "state": state.state, "exit_code": state.exit_code, "source": state.source}
     services.run_provenance_merge(
         run_id=run.pk, update=lambda provenance: provenance.update(slurm={**provenance.get("slurm", {}), **ended})
@@ -741,9 +742,9 @@ def run_kill(run: Run) -> None:
     login = slurm_login(run)
     if login is not None:
         for host in main_targets(run)[:1]:  # not submitted yet when the run has no main command recorded
-            job_id = host.row.slurm_job_id or slurm.recorded_job_id(login, host.row.remote_dir)
+            job_id = host.row.slurm_job_id or slurm_jobs.recorded_job_id(login, host.row.remote_dir)
             if job_id:
-                slurm.cancel(login, job_id, host.row.remote_dir)
+                slurm_jobs.cancel(login, job_id, host.row.remote_dir)
         return
     targets = run_targets(run, started=True)
     jobs = [(h.target, h.row.remote_dir) for h in main_targets(run, targets)]

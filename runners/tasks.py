@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from campaigns import services
 from campaigns.models import Run, RunStatus
+from plugins.benchmarks.base import ParamError
 from runners import execution, remote, ssh
-from runners.benchmarks.base import ParamError
 from telemetry.tasks import enqueue_prometheus_pull
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ A campaign's ``telemetry:`` section (validated here, stored in ``Campaign.teleme
     telemetry: {enabled: true, interval: 1s, fast_interval: 1ms, fast: [net, rdma],
                 groups: [cpu, mem, net, rdma, nfs, disk, gpu]}
 
-On each host the sampler (runners/tools/sampler.py, shipped into ``<run dir>/telemetry/``) is a detached job of
+On each host the sampler (plugins/tools/sampler.py, shipped into ``<run dir>/telemetry/``) is a detached job of
 its own, like a service: probed while the run is prepared (a node without ``python3`` fails the run there, with
 the reason), started right before the main commands once it has taken its first samples, stopped with SIGTERM
 when they have ended (and killed with the run's other leftovers when the run is cancelled, times out or fails).
@@ -17,7 +17,7 @@ over one sampling interval; per-core CPU series are stored but not summarised: `
 An MPI job's other hosts (no main command of their own) are sampled until the run is collected and clipped to
 the latest end of the main commands. When the campaign's storage system has a statistics command
 (``StorageSystem.stats_command``), a loop on its admin endpoint runs it every ``stats_interval_s`` from the start
-of the main commands until the samplers stop; its output is parsed (runners/tools/isi_statistics.py) into series
+of the main commands until the samplers stop; its output is parsed (plugins/tools/isi_statistics.py) into series
 of the storage system (source "storage"). ``telemetry: {prometheus: [...]}`` is pulled after the run ends
 (telemetry.prometheus); ``groups: []`` with it pulls Prometheus without samplers.
 
@@ -43,10 +43,10 @@ import numpy.typing as npt
 from django.conf import settings
 
 from campaigns.models import Run
+from plugins.benchmarks.base import ParamError
+from plugins.tools import isi_statistics
+from plugins.tools import sampler as tool
 from runners import remote, ssh
-from runners.benchmarks.base import ParamError
-from runners.tools import isi_statistics
-from runners.tools import sampler as tool
 from telemetry.durations import duration_ns, duration_text
 from telemetry.models import DETAIL_SERIES, Series, SeriesKind, SeriesSource
 from telemetry.prometheus import validate_queries

@@ -16,7 +16,7 @@ class TelemetryConfig(AppConfig):
 
 def check_prometheus_queries(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """A bad RACKBENCH_PROMETHEUS_QUERIES file is said at start-up, not found out after the first run."""
-    from runners.benchmarks.base import ParamError
+    from plugins.benchmarks.base import ParamError
     from telemetry.prometheus import default_queries
 
     try:

@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 from django.conf import settings
 
-from runners.benchmarks.base import ParamError
+from plugins.benchmarks.base import ParamError
 from telemetry.durations import duration_ns, duration_text
 
 MAX_POINTS = 11_000  # Prometheus refuses a query_range of more points per series than this

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from campaigns.models import Result, Run
 from campaigns.services import run_provenance_merge
-from runners.benchmarks.base import ParamError
+from plugins.benchmarks.base import ParamError
 from telemetry import codec, prometheus, selectors
 from telemetry.models import Chunk, Series, SeriesKind, SeriesSource, labels_key
 

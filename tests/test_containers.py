@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from runners.benchmarks.base import ParamError
-from runners.containers import ContainerSpec, get_runtime, runtime_names, spec_from_dict
-from runners.containers.base import KEYS_MOUNT, SSH_PORT_ENV, SSH_STATE_DIR, SSHD_PIDFILE
-from runners.containers.enroot import CHDIR_SCRIPT
+from plugins.benchmarks.base import ParamError
+from plugins.containers import ContainerSpec, get_runtime, runtime_names, spec_from_dict
+from plugins.containers.base import KEYS_MOUNT, SSH_PORT_ENV, SSH_STATE_DIR, SSHD_PIDFILE
+from plugins.containers.enroot import CHDIR_SCRIPT
 from runners.remote import command_script
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from runners.benchmarks.base import HostContext, Metric, ParamError, ParseError, get_benchmark
+from plugins.benchmarks.base import HostContext, Metric, ParamError, ParseError, get_benchmark
 
 FIXTURES = Path(__file__).parent / "fixtures" / "fio"
 HOST = HostContext(node="n1", index=0, run_dir="/srv/rackbench/runs/7/n1", data_dir="/scratch/rackbench/n1")
@@ -432,7 +432,7 @@ def test_it_spreads_its_files_over_the_campaign_mount_points(fio):
 
 
 def test_client_mode_serves_on_every_host_and_drives_them_all_from_the_primary(fio):
-    from runners.benchmarks.base import HostInfo
+    from plugins.benchmarks.base import HostInfo
 
     hosts = (HostInfo("n1", "10.0.0.1"), HostInfo("n2", "10.0.0.2"))
     params = {"rw": "read", "bs": "1M", "client_mode": True}

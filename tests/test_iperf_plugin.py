@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from runners.benchmarks import iperf as iperf_module
-from runners.benchmarks.base import HostCommand, HostContext, HostInfo, Metric, ParamError, ParseError, get_benchmark
+from plugins.benchmarks import iperf as iperf_module
+from plugins.benchmarks.base import HostCommand, HostContext, HostInfo, Metric, ParamError, ParseError, get_benchmark
 
 FIXTURES = Path(__file__).parent / "fixtures" / "iperf"
 

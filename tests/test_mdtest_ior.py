@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from runners.benchmarks.base import HostContext, HostInfo, Metric, ParamError, ParseError, get_benchmark
+from plugins.benchmarks.base import HostContext, HostInfo, Metric, ParamError, ParseError, get_benchmark
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HOSTS = (HostInfo("dgx2-1", "10.0.0.1", 16), HostInfo("dgx2-2", "10.0.0.2", 16))

@@ -12,8 +12,8 @@ from campaigns import services
 from campaigns.models import CampaignStatus
 from campaigns.spec import SpecError
 from inventory.services import node_upsert, storage_upsert
-from runners.benchmarks.base import ParamError
-from runners.mounts import mount_command, plan_mounts, unmount_command, validate_mounts
+from plugins.benchmarks.base import ParamError
+from plugins.mounts import mount_command, plan_mounts, unmount_command, validate_mounts
 from tests.conftest import launch_and_wait
 
 NAS = SimpleNamespace(

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from runners.benchmarks.base import HostContext, HostInfo, Metric, ParamError, ParseError, get_benchmark
-from runners.benchmarks.nccl import Transport, transports
+from plugins.benchmarks.base import HostContext, HostInfo, Metric, ParamError, ParseError, get_benchmark
+from plugins.benchmarks.nccl import Transport, transports
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl"
 HOSTS = (HostInfo(name="dgx1", address="a", slots=8), HostInfo(name="dgx2", address="b", slots=8))

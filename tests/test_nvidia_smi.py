@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from runners.benchmarks.base import HostContext, Metric, ParamError, ParseError, get_benchmark
-from runners.benchmarks.nvidia_smi import parse_query
+from plugins.benchmarks.base import HostContext, Metric, ParamError, ParseError, get_benchmark
+from plugins.benchmarks.nvidia_smi import parse_query
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia_smi"
 FACTS = Path(__file__).parent / "fixtures" / "facts"

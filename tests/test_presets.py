@@ -13,7 +13,7 @@ from campaigns.models import Campaign
 from campaigns.presets import preset_list
 from campaigns.spec import SpecError
 from inventory.services import node_upsert, storage_upsert
-from runners.benchmarks import nccl
+from plugins.benchmarks import nccl
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""The telemetry sampler (runners/tools/sampler.py): its parsers on real /proc, sysfs and nvidia-smi output, the
+"""The telemetry sampler (plugins/tools/sampler.py): its parsers on real /proc, sysfs and nvidia-smi output, the
 sampler run for real on this machine, its files stored as series (runners.telemetry.ingest), and the campaign's
 ``telemetry:`` settings.
 
@@ -27,9 +27,9 @@ import pytest
 from campaigns import selectors, services
 from campaigns.models import Campaign, Run
 from campaigns.spec import SpecError
+from plugins.benchmarks.base import ParamError
+from plugins.tools import sampler as tool
 from runners import telemetry
-from runners.benchmarks.base import ParamError
-from runners.tools import sampler as tool
 from telemetry import codec
 from telemetry.models import DETAIL_SERIES, Chunk, Series, SeriesKind
 from telemetry.services import run_telemetry_summarize
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 OURS = FIXTURES / "telemetry"
 NVIDIA = FIXTURES / "nvidia_smi"
-SAMPLER = ROOT / "runners" / "tools" / "sampler.py"
+SAMPLER = ROOT / "plugins" / "tools" / "sampler.py"
 MS = 1_000_000
 # The fields of tests/fixtures/facts/nvidia_smi_noheader_nounits_rtx_2080.csv (its SOURCES.md).
 RTX_2080_QUERY = (

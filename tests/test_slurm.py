@@ -23,9 +23,10 @@ from campaigns import spec as spec_module
 from campaigns.models import Campaign, CampaignStatus, RunStatus
 from campaigns.spec import SpecError
 from inventory.services import node_upsert
+from plugins.benchmarks.base import ParamError
+from plugins.launchers import slurm
+from runners import slurm as slurm_jobs
 from runners import ssh
-from runners.benchmarks.base import ParamError
-from runners.launchers import slurm
 from tests.conftest import finished, wait_for
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
@@ -266,7 +267,7 @@ def test_it_maps_real_slurm_states(label: str) -> None:
     job_id, answers = polls("transcript-22.05.txt")[label]
     state, exit_code, finished, error = WITH_ACCOUNTING[label]
 
-    found = slurm.job_state(ReplayedLogin(answers), job_id, RUN_DIR)  # type: ignore[arg-type]
+    found = slurm_jobs.job_state(ReplayedLogin(answers), job_id, RUN_DIR)  # type: ignore[arg-type]
 
     assert (found.state, found.exit_code, found.finished) == (state, exit_code, finished)
     assert error in found.error if error else found.error == ""
@@ -278,7 +279,7 @@ def test_a_job_accounting_has_not_recorded_yet_is_read_from_squeue() -> None:
     job_id, answers = polls("transcript-22.05.txt")["pending (not in the accounting database yet)"]
     login = ReplayedLogin(answers)
 
-    found = slurm.job_state(login, job_id, RUN_DIR)  # type: ignore[arg-type]
+    found = slurm_jobs.job_state(login, job_id, RUN_DIR)  # type: ignore[arg-type]
 
     assert (found.state, found.source) == ("PENDING", "squeue")
     assert login.commands == [shlex.join(slurm.sacct_argv(job_id)), shlex.join(slurm.squeue_argv(job_id))]
@@ -309,7 +310,7 @@ def test_without_accounting_it_reads_squeue_then_the_exit_code_the_batch_script_
     recorded = polls("transcript-22.05-no-accounting.txt")
     job_id, answers = recorded["ended, still listed by squeue"]
 
-    found = slurm.job_state(
+    found = slurm_jobs.job_state(
         ReplayedLogin(answers, {f"{RUN_DIR}/exit_code": b"3\n"}),  # type: ignore[arg-type]
         job_id,
         RUN_DIR,
@@ -318,8 +319,8 @@ def test_without_accounting_it_reads_squeue_then_the_exit_code_the_batch_script_
     assert found.error == f"Slurm job {job_id} failed with exit code 3"
 
     job_id, answers = recorded["ended and forgotten by squeue"]
-    done = slurm.job_state(ReplayedLogin(answers, {f"{RUN_DIR}/exit_code": b"0\n"}), job_id, RUN_DIR)  # type: ignore[arg-type]
-    gone = slurm.job_state(ReplayedLogin(answers), job_id, RUN_DIR)  # type: ignore[arg-type]
+    done = slurm_jobs.job_state(ReplayedLogin(answers, {f"{RUN_DIR}/exit_code": b"0\n"}), job_id, RUN_DIR)  # type: ignore[arg-type]
+    gone = slurm_jobs.job_state(ReplayedLogin(answers), job_id, RUN_DIR)  # type: ignore[arg-type]
     assert (done.finished, done.exit_code, done.error, done.source) == (True, 0, "", "exit_code file")
     assert gone.finished and gone.exit_code is None and "no longer known to Slurm" in gone.error
 
@@ -336,7 +337,7 @@ def test_a_controller_that_does_not_answer_is_a_transient_error() -> None:
     )
 
     with pytest.raises(ssh.TransientSSHError, match="Unable to contact slurm controller"):
-        slurm.job_state(login, job_id, RUN_DIR)  # type: ignore[arg-type]
+        slurm_jobs.job_state(login, job_id, RUN_DIR)  # type: ignore[arg-type]
 
 
 def test_it_reads_the_job_id_sbatch_answers() -> None:
@@ -356,12 +357,12 @@ def test_it_submits_once_and_tells_a_refusal_from_a_controller_that_does_not_ans
     plain, _, refused = answers.values()
     (down,) = [a for _, _, a in read_transcript("transcript-22.05-controller-down.txt")]
 
-    assert slurm.submit(ReplayedLogin({line: plain}), RUN_DIR) == plain.stdout.strip()  # type: ignore[arg-type]
+    assert slurm_jobs.submit(ReplayedLogin({line: plain}), RUN_DIR) == plain.stdout.strip()  # type: ignore[arg-type]
     with pytest.raises(ssh.PermanentSSHError, match="Invalid partition name specified") as caught:
-        slurm.submit(ReplayedLogin({line: refused}), RUN_DIR)  # type: ignore[arg-type]
+        slurm_jobs.submit(ReplayedLogin({line: refused}), RUN_DIR)  # type: ignore[arg-type]
     assert not caught.value.transient
     with pytest.raises(ssh.TransientSSHError, match="Unable to contact slurm controller"):
-        slurm.submit(ReplayedLogin({line: down}), RUN_DIR)  # type: ignore[arg-type]
+        slurm_jobs.submit(ReplayedLogin({line: down}), RUN_DIR)  # type: ignore[arg-type]
 
 
 def test_a_refused_scancel_is_judged_by_the_jobs_own_state() -> None:
@@ -373,15 +374,15 @@ def test_a_refused_scancel_is_judged_by_the_jobs_own_state() -> None:
         job_id, answers = polls("transcript-22.05.txt")[label]
         login = ReplayedLogin({shlex.join(slurm.scancel_argv(job_id)): refused, **answers})
         if raises is None:
-            slurm.cancel(login, job_id, RUN_DIR)  # type: ignore[arg-type]
+            slurm_jobs.cancel(login, job_id, RUN_DIR)  # type: ignore[arg-type]
         else:
             with pytest.raises(raises, match=f"cancelling Slurm job {job_id}"):
-                slurm.cancel(login, job_id, RUN_DIR)  # type: ignore[arg-type]
+                slurm_jobs.cancel(login, job_id, RUN_DIR)  # type: ignore[arg-type]
     login = ReplayedLogin({shlex.join(slurm.scancel_argv("38")): down})
     with pytest.raises(ssh.TransientSSHError, match="Unable to contact slurm controller"):
-        slurm.cancel(login, "38", RUN_DIR)  # type: ignore[arg-type]
+        slurm_jobs.cancel(login, "38", RUN_DIR)  # type: ignore[arg-type]
     ok = ReplayedLogin({shlex.join(slurm.scancel_argv("38")): Answer("", "", 0)})
-    slurm.cancel(ok, "38", RUN_DIR)  # type: ignore[arg-type]
+    slurm_jobs.cancel(ok, "38", RUN_DIR)  # type: ignore[arg-type]
     assert ok.commands == ["scancel 38"]
 
 

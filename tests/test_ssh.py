@@ -152,8 +152,8 @@ def _wait_pid(target: remote.Target, job_dir: str) -> int:
 
 
 def test_mpirun_reaches_every_lab_node_over_its_sshd(targets: list[remote.Target], lab: dict[str, Any]) -> None:
+    from plugins.launchers.mpi import MpiOptions, mpirun_argv
     from runners.execution import host_infos
-    from runners.launchers.mpi import MpiOptions, mpirun_argv
 
     hosts = host_infos([lab["nodes"]["lab1"], lab["nodes"]["lab2"]])
     # SSH_CONNECTION is "client-ip client-port server-ip server-port": which node's sshd started the rank

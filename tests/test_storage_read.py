@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from runners.benchmarks.base import HostContext, HostInfo, Metric, ParamError, ParseError, get_benchmark
-from runners.tools import round_robin_mpi as rr
+from plugins.benchmarks.base import HostContext, HostInfo, Metric, ParamError, ParseError, get_benchmark
+from plugins.tools import round_robin_mpi as rr
 
 ROOT = Path(__file__).resolve().parent.parent
-TOOLS = ROOT / "runners" / "tools"
+TOOLS = ROOT / "plugins" / "tools"
 SPREADER = TOOLS / "round_robin_mpi.py"
 READER = TOOLS / "storage_read.py"
 MPI_ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}

@@ -10,9 +10,9 @@ import pytest
 
 from campaigns import services
 from campaigns.models import CampaignStatus
+from plugins.tools import isi_statistics
 from runners import remote
 from runners.telemetry import storage_dir, storage_script
-from runners.tools import isi_statistics
 from telemetry.models import Series, SeriesSource
 from tests.conftest import finished, group_alive
 

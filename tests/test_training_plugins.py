@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from runners.benchmarks import training
-from runners.benchmarks.base import HostContext, HostInfo, Metric, ParamError, ParseError, get_benchmark
+from plugins.benchmarks import training
+from plugins.benchmarks.base import HostContext, HostInfo, Metric, ParamError, ParseError, get_benchmark
 
 FIXTURES = Path(__file__).parent / "fixtures" / "training"
 TF_CNN = "/mnt/isilon/data/tensorflow-benchmarks/scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.py"
@@ -601,7 +601,7 @@ def test_it_launches_through_a_real_mpirun_and_reads_its_tagged_output(tmp_path)
     assert value(metrics, "storage_mb_per_sec") == pytest.approx(2.81 * 110_000 / 1e6)
 
 
-WRAPPER = Path(__file__).parent.parent / "runners" / "tools" / "round_robin_mpi.py"
+WRAPPER = Path(__file__).parent.parent / "plugins" / "tools" / "round_robin_mpi.py"
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None or not WRAPPER.exists(), reason="needs mpirun and the wrapper")
@@ -621,7 +621,7 @@ def test_it_gives_each_rank_its_round_robin_data_directory_through_the_real_wrap
 
 
 def test_the_round_robin_wrapper_travels_with_the_run() -> None:
-    from runners.benchmarks.base import HostContext, HostInfo, get_benchmark
+    from plugins.benchmarks.base import HostContext, HostInfo, get_benchmark
 
     host = HostContext(
         node="n1",
@@ -647,7 +647,7 @@ def test_the_round_robin_wrapper_travels_with_the_run() -> None:
 def test_a_training_run_can_check_the_nccl_transport_like_seed_000() -> None:
     from pathlib import Path
 
-    from runners.benchmarks.base import HostContext, HostInfo, get_benchmark
+    from plugins.benchmarks.base import HostContext, HostInfo, get_benchmark
 
     nccl = Path(__file__).parent / "fixtures" / "nccl"
     tf = get_benchmark("tf_cnn_benchmarks")

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from campaigns.models import Campaign
 from campaigns.services import CampaignError, results_import
-from runners.benchmarks.base import ParamError, ParseError
+from plugins.benchmarks.base import ParamError, ParseError
 
 
 class Command(BaseCommand):

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from runners.benchmarks.base import ParamError, ParseError, benchmark_kinds, get_benchmark
+from plugins.benchmarks.base import ParamError, ParseError, benchmark_kinds, get_benchmark
 
 
 class Command(BaseCommand):

@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from runners.benchmarks.base import (
+from plugins.benchmarks.base import (
     Benchmark,
     HostCommand,
     HostContext,
@@ -80,7 +80,7 @@ METRICS = (
 _UNITS = {spec.name: spec.unit for spec in METRICS}
 
 # The helper the service and the main command run; see the module docstring. Python 3.6+, standard library only.
-HELPER_SCRIPT = r'''"""Written by rackbench (runners/benchmarks/iperf.py): runs iperf servers or clients from a plan.
+HELPER_SCRIPT = r'''"""Written by rackbench (plugins/benchmarks/iperf.py): runs iperf servers or clients from a plan.
 
 Every command is an argv list from the plan; nothing goes through a shell.
 

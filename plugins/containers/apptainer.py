@@ -19,8 +19,8 @@ reference run as ``docker://REF`` (apptainer converts and caches it; no digest i
 
 from __future__ import annotations
 
-from runners.benchmarks.base import ParamError
-from runners.containers.base import (
+from plugins.benchmarks.base import ParamError
+from plugins.containers.base import (
     KEYS_MOUNT,
     SSH_PORT_ENV,
     SSH_STATE_DIR,

@@ -10,8 +10,8 @@ a short name may need an interactive choice of registry.
 
 from __future__ import annotations
 
-from runners.containers.base import gpu_list, register
-from runners.containers.docker import DockerRuntime
+from plugins.containers.base import gpu_list, register
+from plugins.containers.docker import DockerRuntime
 
 
 @register

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from runners.containers.base import (
+from plugins.containers.base import (
     KEYS_MOUNT,
     SSH_PORT_ENV,
     ContainerRuntime,

@@ -1,7 +1,7 @@
 """storage_read plug-in: rackbench's storage-only read benchmark (seed 000's "TensorFlow Storage Benchmark").
 
-Every MPI rank reads record files batch by batch and reports its throughput (runners/tools/storage_read.py),
-ranks spread over the campaign's mount points by runners/tools/round_robin_mpi.py. build() ships both programs
+Every MPI rank reads record files batch by batch and reports its throughput (plugins/tools/storage_read.py),
+ranks spread over the campaign's mount points by plugins/tools/round_robin_mpi.py. build() ships both programs
 as files of the run directory (their source text, read when the command is built) and, on the primary host only,
 runs::
 
@@ -35,7 +35,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from runners.benchmarks.base import (
+from plugins.benchmarks.base import (
     Benchmark,
     HostCommand,
     HostContext,
@@ -45,7 +45,7 @@ from runners.benchmarks.base import (
     ParseError,
     register,
 )
-from runners.launchers.mpi import MPI_PARAMS, mpirun_argv, options_from_params
+from plugins.launchers.mpi import MPI_PARAMS, mpirun_argv, options_from_params
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
 READER = "storage_read.py"

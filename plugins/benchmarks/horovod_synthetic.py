@@ -1,6 +1,6 @@
 """horovod_synthetic plug-in: Horovod's synthetic-data benchmarks (examples/pytorch/pytorch_synthetic_benchmark.py,
 examples/tensorflow2/tensorflow2_synthetic_benchmark.py and their older TensorFlow/Keras siblings), one mpirun rank
-per GPU, launched as tf_cnn_benchmarks is (see ``runners.benchmarks.training``). They need no data set: ``data_source``
+per GPU, launched as tf_cnn_benchmarks is (see ``plugins.benchmarks.training``). They need no data set: ``data_source``
 is synthetic only.
 
 Rank 0 prints (``device`` is GPU, or CPU with --no-cuda)::
@@ -20,8 +20,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from runners.benchmarks import training as t
-from runners.benchmarks.base import HostCommand, HostContext, Metric, ParseError, register
+from plugins.benchmarks import training as t
+from plugins.benchmarks.base import HostCommand, HostContext, Metric, ParseError, register
 
 OPTIONS: dict[str, t.Option] = {
     "model": t.Option("--model", t.matching(r"[A-Za-z][A-Za-z0-9_]{0,63}", "a model name such as resnet50"), "space"),

@@ -1,6 +1,6 @@
 """nvidia_smi: a parser for GPU telemetry recorded by hand, not a benchmark that runs.
 
-GPU telemetry during runs is the telemetry sampler's (runners/tools/sampler.py, ``gpu`` group): it reads
+GPU telemetry during runs is the telemetry sampler's (plugins/tools/sampler.py, ``gpu`` group): it reads
 nvidia-smi itself on the node and its samples are stored as series (gpu.util, gpu.power_w, ...), summarised into
 results like every series; this module plays no part in that. A run whose only job is to sample nvidia-smi would
 measure idle GPUs, so build() and validate() refuse the kind and a campaign cannot use it. What parse() is for:
@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from runners.benchmarks.base import Benchmark, HostContext, Metric, MetricSpec, ParamError, ParseError, register
+from plugins.benchmarks.base import Benchmark, HostContext, Metric, MetricSpec, ParamError, ParseError, register
 
 QUERY_FIELDS = (
     "timestamp",

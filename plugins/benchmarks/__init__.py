@@ -1,6 +1,6 @@
 """Benchmark plug-ins. Importing this package registers every kind."""
 
-from runners.benchmarks import (
+from plugins.benchmarks import (
     fio,  # noqa: F401
     horovod_synthetic,  # noqa: F401
     ior,  # noqa: F401

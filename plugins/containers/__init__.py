@@ -1,13 +1,13 @@
 """Container runtime plug-ins. Importing this package registers every runtime."""
 
-from runners.containers import (
+from plugins.containers import (
     apptainer,  # noqa: F401
     bare,  # noqa: F401
     docker,  # noqa: F401
     enroot,  # noqa: F401
     podman,  # noqa: F401
 )
-from runners.containers.base import (
+from plugins.containers.base import (
     ContainerRuntime,
     ContainerSpec,
     get_runtime,

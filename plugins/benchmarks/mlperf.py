@@ -1,5 +1,5 @@
 """mlperf_resnet plug-in: an MLPerf Training ResNet-50 run (seed 002: MLPerf v0.6 on DGX-2; seed 003: v0.7 with MXNet,
-DALI and Horovod on DGX A100), launched like the other training kinds (``runners.benchmarks.training``): mpirun, one
+DALI and Horovod on DGX A100), launched like the other training kinds (``plugins.benchmarks.training``): mpirun, one
 rank per GPU, each rank running the reference's ``train_imagenet.py`` with ``--kv-store horovod``.
 
 The run reads ImageNet RecordIO files (``train.rec``/``train.idx``/``val.rec``/``val.idx``) from ``data_dir``, or from
@@ -34,8 +34,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from runners.benchmarks import training as t
-from runners.benchmarks.base import HostCommand, HostContext, Metric, MetricSpec, ParseError, register
+from plugins.benchmarks import training as t
+from plugins.benchmarks.base import HostCommand, HostContext, Metric, MetricSpec, ParseError, register
 
 IMAGENET_TRAIN_SAMPLES = 1_281_167
 TIME_TO_TRAIN = MetricSpec("time_to_train_min", "min", False, "run_start to run_stop (status success)")

@@ -8,7 +8,7 @@ Parameters: ``files_per_rank`` (-n, default 1000) or ``items_per_dir`` (-I), ``i
 mdtest reads as a list of directories), ``write_bytes`` (-w), ``read_bytes`` (-e), ``depth`` (-z),
 ``branching`` (-b), ``leaf_only`` (-L), ``files_only`` (-F), ``dirs_only`` (-D), ``phases`` (a subset of
 create/stat/read/remove: -C/-T/-E/-r; all phases when absent), ``binary`` (default ``mdtest``) and the launch's
-``mpi_*`` parameters (runners.launchers.mpi).
+``mpi_*`` parameters (plugins.launchers.mpi).
 
 Output: the SUMMARY table mdtest prints once at the end, in any of the layouts its versions use:
 ``SUMMARY (in ops/sec): (of N iterations)`` (1.8), ``SUMMARY: (of N iterations)`` (1.9),
@@ -37,14 +37,14 @@ import math
 import re
 from typing import Any
 
-from runners.benchmarks.base import (
+from plugins.benchmarks.base import (
     Metric,
     MetricSpec,
     ParamError,
     ParseError,
     register,
 )
-from runners.launchers.mpi import MPI_PARAMS, MpiToolBenchmark
+from plugins.launchers.mpi import MPI_PARAMS, MpiToolBenchmark
 
 OPERATIONS = {
     "Directory creation": "directory_creation",

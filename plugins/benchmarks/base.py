@@ -134,7 +134,7 @@ def register(cls: type[Benchmark]) -> type[Benchmark]:
 
 
 def get_benchmark(kind: str) -> Benchmark:
-    from runners import benchmarks  # noqa: F401  (imports every plug-in module, which registers it)
+    from plugins import benchmarks  # noqa: F401  (imports every plug-in module, which registers it)
 
     try:
         return _REGISTRY[kind]()
@@ -144,6 +144,6 @@ def get_benchmark(kind: str) -> Benchmark:
 
 
 def benchmark_kinds() -> list[str]:
-    from runners import benchmarks  # noqa: F401
+    from plugins import benchmarks  # noqa: F401
 
     return sorted(_REGISTRY)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runners.benchmarks.base import Benchmark, HostCommand, HostContext, HostInfo, Metric, ParamError
+from plugins.benchmarks.base import Benchmark, HostCommand, HostContext, HostInfo, Metric, ParamError
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The campaign parameters options_from_params reads: every MPI plug-in accepts them besides its own.

@@ -8,7 +8,7 @@ The command is the seeds' (seed 000, 48 GPUs)::
       --batch_size=256 --batch_group_size=20 --num_batches=1000 --nodistortions --num_gpus=1 --device=gpu ...
       --variable_update=horovod --horovod_device=gpu --data_dir=...
 
-built by ``training.launch`` (header line, then ``mpirun_argv``); see ``runners.benchmarks.training`` for the launch
+built by ``training.launch`` (header line, then ``mpirun_argv``); see ``plugins.benchmarks.training`` for the launch
 header and the round-robin wrapper contract (``data_dirs_round_robin``: ``--data_dir={data_dir}`` filled in per rank).
 ``data_source: synthetic`` passes no ``--data_dir`` (tf_cnn_benchmarks then generates images on the GPU);
 ``storage`` reads TFRecords from ``data_dir`` or from the mounts round-robin.
@@ -30,8 +30,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from runners.benchmarks import training as t
-from runners.benchmarks.base import HostCommand, HostContext, Metric, ParamError, ParseError, register
+from plugins.benchmarks import training as t
+from plugins.benchmarks.base import HostCommand, HostContext, Metric, ParamError, ParseError, register
 
 MODELS = re.compile(r"[a-z][a-z0-9_.]{0,63}")
 VARIABLE_UPDATES = (

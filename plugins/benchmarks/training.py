@@ -20,7 +20,7 @@ Output without the header (a log imported from elsewhere) still parses; the deri
 Round-robin data directories (``data_dirs_round_robin: true``)
 --------------------------------------------------------------
 Seed 000 spreads the ranks over 16 NFS mount points with a ``round_robin_mpi.py`` wrapper. rackbench's wrapper
-(``runners/tools/round_robin_mpi.py``) is shipped as ``./round_robin_mpi.py`` in the run directory
+(``plugins/tools/round_robin_mpi.py``) is shipped as ``./round_robin_mpi.py`` in the run directory
 and is started per rank as::
 
     python3 ./round_robin_mpi.py --dirs DIR1 DIR2 ... -- PROGRAM ARG ...
@@ -49,9 +49,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from runners.benchmarks.base import Benchmark, HostCommand, HostContext, Metric, MetricSpec, ParamError
-from runners.benchmarks.nccl import transport_env, transport_problem
-from runners.launchers.mpi import MPI_PARAMS, mpirun_argv, options_from_params, rank_count
+from plugins.benchmarks.base import Benchmark, HostCommand, HostContext, Metric, MetricSpec, ParamError
+from plugins.benchmarks.nccl import transport_env, transport_problem
+from plugins.launchers.mpi import MPI_PARAMS, mpirun_argv, options_from_params, rank_count
 
 HEADER_TAG = "rackbench-training"
 HEADER_SCRIPT = f'printf "{HEADER_TAG}: %s\\n" "$1"; shift; exec "$@"'

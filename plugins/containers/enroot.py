@@ -27,8 +27,8 @@ enroot's NVIDIA hook. Registry credentials are enroot's own (``$ENROOT_CONFIG_PA
 
 from __future__ import annotations
 
-from runners.benchmarks.base import ParamError
-from runners.containers.base import (
+from plugins.benchmarks.base import ParamError
+from plugins.containers.base import (
     KEYS_MOUNT,
     SSH_PORT_ENV,
     ContainerRuntime,

@@ -27,8 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runners import remote, ssh
-from runners.benchmarks.base import ParamError
+from common.errors import ParamError
 
 KINDS = ("direct", "slurm")
 FIELDS = ("kind", "login_node", "partition", "account", "qos", "time", "exclusive", "extra")
@@ -325,67 +324,3 @@ def parse_squeue(text: str) -> str:
 
 
 # --- on the login node ----------------------------------------------------------------------------------
-
-
-def submit(target: remote.Target, run_dir: str) -> str:
-    """sbatch the run directory's batch script (once: a repeated call answers the first job id).
-
-    A controller that does not answer is a transient error (retried); any other refusal is sbatch's final word.
-    """
-    result = target.run(submit_line(run_dir))
-    if not result.ok:
-        detail = (result.stderr or result.stdout).strip()[-500:]
-        error = ssh.TransientSSHError if BUSY.search(detail) else ssh.PermanentSSHError
-        raise error(target.endpoint, f"submitting the Slurm job (sbatch) failed (exit {result.exit_code}): {detail}")
-    try:
-        return parse_job_id(result.stdout)
-    except ValueError as exc:
-        raise ssh.PermanentSSHError(target.endpoint, f"submitting the Slurm job: {exc}") from None
-
-
-def recorded_job_id(target: remote.Target, run_dir: str) -> str:
-    """The job id sbatch answered, from the run directory (empty when none was recorded)."""
-    data = target.get(f"{run_dir}/slurm_job_id")
-    if not data:
-        return ""
-    try:
-        return parse_job_id(data.decode(errors="replace"))
-    except ValueError:
-        return ""
-
-
-def job_state(target: remote.Target, job_id: str, run_dir: str) -> SlurmState:
-    """sacct first; squeue when accounting is off or has not recorded the job yet; then the exit_code file."""
-    result = target.run(shlex.join(sacct_argv(job_id)))
-    found = parse_sacct(job_id, result.stdout) if result.ok else None
-    if found is not None:
-        return found
-    result = target.run(shlex.join(squeue_argv(job_id)))
-    if not result.ok and "Invalid job id" not in result.stderr:
-        detail = (result.stderr or result.stdout).strip()[-300:]
-        raise ssh.TransientSSHError(target.endpoint, f"squeue cannot tell the state of job {job_id}: {detail}")
-    state = parse_squeue(result.stdout) if result.ok else ""
-    if state in ACTIVE:
-        return SlurmState(job_id, state, None, "squeue")
-    code = _exit_code_file(target, run_dir)
-    if state:  # ended, still listed by squeue: it gives the state, the batch script the exit status
-        return SlurmState(job_id, state, code, "squeue")
-    return SlurmState(job_id, "", code, "exit_code file" if code is not None else "")
-
-
-def _exit_code_file(target: remote.Target, run_dir: str) -> int | None:
-    data = (target.get(f"{run_dir}/exit_code") or b"").decode(errors="replace").strip()
-    return int(data) if data.lstrip("-").isdigit() else None
-
-
-def cancel(target: remote.Target, job_id: str, run_dir: str) -> None:
-    """scancel the job. When scancel refuses, Slurm's own state of the job decides: one that has ended is not an
-    error; a controller that does not answer is transient (retried); any other refusal is permanent."""
-    result = target.run(shlex.join(scancel_argv(job_id)))
-    if result.ok:
-        return
-    detail = (result.stderr or result.stdout).strip()[-500:]
-    if not BUSY.search(detail) and job_state(target, job_id, run_dir).finished:
-        return
-    error = ssh.TransientSSHError if BUSY.search(detail) else ssh.PermanentSSHError
-    raise error(target.endpoint, f"cancelling Slurm job {job_id} (scancel) failed (exit {result.exit_code}): {detail}")

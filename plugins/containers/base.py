@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
-from runners.benchmarks.base import ParamError
+from plugins.benchmarks.base import ParamError
 
 KEYS_MOUNT = "/rackbench-keys"  # where key_dir appears inside the container
 SSH_PORT_ENV = "RACKBENCH_SSH_PORT"  # read by the image's entrypoint
@@ -243,7 +243,7 @@ def register(cls: type[ContainerRuntime]) -> type[ContainerRuntime]:
 
 
 def get_runtime(name: str) -> ContainerRuntime:
-    from runners import containers  # noqa: F401  (imports every plug-in module, which registers it)
+    from plugins import containers  # noqa: F401  (imports every plug-in module, which registers it)
 
     try:
         return _REGISTRY[name]()
@@ -253,7 +253,7 @@ def get_runtime(name: str) -> ContainerRuntime:
 
 
 def runtime_names() -> list[str]:
-    from runners import containers  # noqa: F401
+    from plugins import containers  # noqa: F401
 
     return sorted(_REGISTRY)
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from runners.benchmarks.base import (
+from plugins.benchmarks.base import (
     Benchmark,
     HostCommand,
     HostContext,

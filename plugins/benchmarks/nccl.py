@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from runners.benchmarks.base import (
+from plugins.benchmarks.base import (
     Benchmark,
     HostCommand,
     HostContext,
@@ -45,7 +45,7 @@ from runners.benchmarks.base import (
     ParseError,
     register,
 )
-from runners.launchers.mpi import MPI_PARAMS, mpirun_argv, options_from_params
+from plugins.launchers.mpi import MPI_PARAMS, mpirun_argv, options_from_params
 
 BINARIES = (
     "all_reduce_perf",

@@ -1,6 +1,6 @@
 """pytorch_resnet plug-in: NVIDIA DeepLearningExamples' PyTorch ResNet-50 (PyTorch/Classification/ConvNets/main.py).
 
-Launch: mpirun, one rank per GPU, like the other training kinds (see ``runners.benchmarks.training``), rather than
+Launch: mpirun, one rank per GPU, like the other training kinds (see ``plugins.benchmarks.training``), rather than
 torchrun: one command on the primary host keeps the seeds' MPI setup (container sshd port, NCCL variables passed with
 -x, the same host list), where torchrun would need a command on every host and a rendezvous of its own. main.py reads
 the torch.distributed environment (``WORLD_SIZE``, ``LOCAL_RANK``, ``RANK``, ``MASTER_ADDR``, ``MASTER_PORT``;
@@ -30,8 +30,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from runners.benchmarks import training as t
-from runners.benchmarks.base import HostCommand, HostContext, Metric, MetricSpec, ParamError, ParseError, register
+from plugins.benchmarks import training as t
+from plugins.benchmarks.base import HostCommand, HostContext, Metric, MetricSpec, ParamError, ParseError, register
 
 COMPUTE = MetricSpec(
     "compute_images_per_sec", "img/s", True, "training rate counting compute time only (DLLogger train.compute_ips)"

@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from runners.benchmarks.base import ParamError
+from plugins.benchmarks.base import ParamError
 
 OPTIONS = re.compile(r"^[A-Za-z0-9_=,.:+/-]*$")
 PATH = re.compile(r"^/[A-Za-z0-9_./+-]*$")

@@ -9,7 +9,7 @@ multiple of the transfer size), ``segments`` (-s), ``file_per_proc`` (-F), ``reo
 node wrote, defeating the client cache), ``fsync`` (-e), ``keep_file`` (-k), ``write`` (-w) and ``read`` (-r)
 (when neither is given both run, as in IOR itself), ``iterations`` (-i, default 3), ``test_file`` (-o, default
 ``<data_dir>/ior-testfile``), ``binary`` (default ``ior``; IOR 2.x installs ``IOR``) and the launch's ``mpi_*``
-parameters (runners.launchers.mpi).
+parameters (plugins.launchers.mpi).
 
 Output: the summary IOR prints at the end, in both layouts its versions use. IOR 2.10 prints a "Summary:"
 block and then ``Operation  Max (MiB)  Min (MiB)  Mean (MiB)  Std Dev  Max (OPs) ...``; IOR 3.0 and later print
@@ -25,7 +25,7 @@ Metrics, all for the whole run (host "", labels {}), for ``write`` and ``read`` 
 - ``<op>_ops`` and ``<op>_ops_max``: transfers per second, mean and max (ops/s), where IOR prints them;
 - ``<op>_time_s``: mean time of one iteration (s, lower is better).
 
-Statistics are separate metric names, not labels, for the reason given in runners.benchmarks.mdtest. A run fails
+Statistics are separate metric names, not labels, for the reason given in plugins.benchmarks.mdtest. A run fails
 when no summary is found (IOR failed or was interrupted: the ParseError quotes IOR's ERROR line) and when an
 operation its parameters ask for has no mean bandwidth (check()).
 """
@@ -36,14 +36,14 @@ import math
 import re
 from typing import Any
 
-from runners.benchmarks.base import (
+from plugins.benchmarks.base import (
     Metric,
     MetricSpec,
     ParamError,
     ParseError,
     register,
 )
-from runners.launchers.mpi import MPI_PARAMS, MpiToolBenchmark
+from plugins.launchers.mpi import MPI_PARAMS, MpiToolBenchmark
 
 OPERATIONS = ("write", "read")
 APIS = ("POSIX", "MPIIO")

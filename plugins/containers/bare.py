@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from runners.benchmarks.base import ParamError
-from runners.containers.base import ContainerRuntime, ContainerSpec, check_exec, register
+from plugins.benchmarks.base import ParamError
+from plugins.containers.base import ContainerRuntime, ContainerSpec, check_exec, register
 
 
 @register
