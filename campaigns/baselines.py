@@ -22,7 +22,7 @@ from django.db import transaction
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
-from campaigns import verdicts
+from campaigns import dispatch, verdicts
 from campaigns.models import (
     Baseline,
     Campaign,
@@ -272,14 +272,12 @@ def campaign_judge(*, campaign: Campaign) -> Verdict | None:
 
 
 def webhook_payload(verdict: Verdict) -> dict[str, Any]:
-    from api.serializers import VerdictSerializer
-
     campaign = verdict.campaign
     return {
         "event": "campaign.finished",
         "campaign": {"id": campaign.pk, "name": campaign.name, "family": campaign.family_name,
                      "status": campaign.status},
-        "verdict": VerdictSerializer(verdict).data,
+        "verdict": dispatch.verdict_document()(verdict),
     }  # fmt: skip
 
 

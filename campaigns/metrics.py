@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from celery import current_app
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Sum
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.registry import Collector
@@ -20,8 +21,7 @@ QUEUES = ("default", "ssh")
 
 def queue_depths() -> dict[str, int | None]:
     """Messages waiting per Celery queue (None when the broker cannot be asked)."""
-    from rackbench.celery import app
-
+    app = current_app  # rackbench.celery's, configured by the wiring (rackbench/__init__.py)
     depths: dict[str, int | None] = {}
     try:
         with app.connection_for_read() as conn:

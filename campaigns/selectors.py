@@ -105,8 +105,8 @@ def campaign_spec(*, campaign: Campaign) -> dict[str, Any]:
 
 def campaign_preview(*, campaign: Campaign, max_points: int = 50) -> dict[str, Any]:
     """How many runs the campaign expands to and the exact command of each matrix point on each host."""
+    from campaigns.plan import build_commands, display_command, host_context, run_host_infos
     from campaigns.services import campaign_target_nodes
-    from runners.execution import build_commands, display_command, host_context, run_host_infos
 
     benchmark = get_benchmark(campaign.kind)
     nodes = campaign_target_nodes(campaign=campaign)

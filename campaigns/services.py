@@ -21,7 +21,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from accounts.models import Team
-from campaigns import planning
+from campaigns import dispatch, planning
 from campaigns import spec as spec_module
 from campaigns.models import (
     RUN_ACTIVE,
@@ -275,8 +275,6 @@ def campaign_advance(*, campaign_id: int) -> str:
     Returns what happened: "started", "waiting" (in the queue for its nodes), "paused" (the next run needs a node
     that is not active), "active" (a run of it is under way), "finished" or "idle" (not running).
     """
-    from runners.tasks import run_start_task
-
     with transaction.atomic():
         campaign = Campaign.objects.select_for_update().filter(pk=campaign_id).first()
         if campaign is None or campaign.status != CampaignStatus.RUNNING:
@@ -305,7 +303,7 @@ def campaign_advance(*, campaign_id: int) -> str:
         Run.objects.filter(pk=run.pk, status=RunStatus.PENDING).update(
             status=RunStatus.QUEUED, queued_at=now, heartbeat_at=now
         )
-        transaction.on_commit(lambda: run_start_task.delay(run.pk))
+        transaction.on_commit(partial(dispatch.runner().start, run.pk))
     return "started"
 
 
@@ -491,12 +489,10 @@ def campaign_wind_down(*, campaign: Campaign) -> str:
     Returns what happened: "killing", "tearing down" or "released". The reconciler releases a campaign whose
     teardown task was lost.
     """
-    from runners.tasks import campaign_teardown_task
-
     if campaign.runs.filter(kill_pending=True).exists():
         return "killing"
     if campaign.mounts or campaign.container:
-        transaction.on_commit(partial(campaign_teardown_task.delay, campaign.pk))
+        transaction.on_commit(partial(dispatch.runner().teardown, campaign.pk))
         return "tearing down"
     _reservation_release(campaign)
     return "released"
@@ -551,8 +547,6 @@ def run_finish(*, run_id: int, status: str, error: str = "", kill: bool = False)
 
     With ``kill``, its processes are killed on its hosts first (``run_killed`` lets the campaign go on then).
     """
-    from runners.tasks import run_kill_task
-
     assert status in RUN_TERMINAL
     with transaction.atomic():
         done = run_transition(
@@ -564,7 +558,7 @@ def run_finish(*, run_id: int, status: str, error: str = "", kill: bool = False)
             kill_pending=kill,
         )
         if done and kill:
-            transaction.on_commit(partial(run_kill_task.delay, run_id))
+            transaction.on_commit(partial(dispatch.runner().kill, run_id))
         elif done:
             campaign_advance_soon(campaign_id=Run.objects.values_list("campaign_id", flat=True).get(pk=run_id))
     return done
@@ -572,11 +566,9 @@ def run_finish(*, run_id: int, status: str, error: str = "", kill: bool = False)
 
 def run_kill_request(*, run_id: int) -> None:
     """Kill an ended run's processes again (they were started after it ended: cancelled while starting)."""
-    from runners.tasks import run_kill_task
-
     with transaction.atomic():
         Run.objects.filter(pk=run_id).update(kill_pending=True)
-        transaction.on_commit(partial(run_kill_task.delay, run_id))
+        transaction.on_commit(partial(dispatch.runner().kill, run_id))
 
 
 def run_killed(*, run_id: int) -> None:

@@ -262,7 +262,7 @@ def _launcher(value: Any) -> dict[str, Any]:
 
 def _telemetry(value: Any) -> dict[str, Any]:
     """Samplers on every host during runs (runners/telemetry.py): {} when off."""
-    from runners.telemetry import validate_telemetry
+    from plugins.telemetry import validate_telemetry
 
     try:
         return validate_telemetry(value)

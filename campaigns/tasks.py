@@ -9,7 +9,7 @@ from celery import Task, shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from campaigns import services
+from campaigns import dispatch, services
 from campaigns.models import RUN_ACTIVE, Campaign, CampaignStatus, Run, RunStatus
 
 log = logging.getLogger(__name__)
@@ -31,8 +31,7 @@ def reconcile_runs() -> dict[str, int]:
     killed worker loses nothing); after RACKBENCH_MAX_RESUMES resumes it fails with the reason.
     Running campaigns with nothing active are advanced, so none waits forever.
     """
-    from runners.tasks import campaign_teardown_task, run_collect_task, run_kill_task, run_poll_task, run_start_task
-
+    runner = dispatch.runner()
     cfg = settings.RACKBENCH
     counts = {"resumed": 0, "failed": 0, "advanced": 0, "kills resent": 0, "released": 0}
     for run in services.stale_runs(older_than=cfg["STALE_AFTER"]).select_related("campaign"):
@@ -54,11 +53,11 @@ def reconcile_runs() -> dict[str, int]:
         log.warning("run %s: no progress while %s; resuming", run.pk, run.status)
         counts["resumed"] += 1
         if run.status in (RunStatus.QUEUED, RunStatus.PREPARING):
-            run_start_task.delay(run.pk)
+            runner.start(run.pk)
         elif run.status == RunStatus.RUNNING:
-            run_poll_task.delay(run.pk, services.run_new_poll_token(run_id=run.pk))
+            runner.poll(run.pk, services.run_new_poll_token(run_id=run.pk))
         else:
-            run_collect_task.delay(run.pk)
+            runner.collect(run.pk)
     for campaign in Campaign.objects.filter(status=CampaignStatus.RUNNING).exclude(runs__status__in=RUN_ACTIVE):
         campaign_advance_task.delay(campaign.pk)
         counts["advanced"] += 1
@@ -66,11 +65,11 @@ def reconcile_runs() -> dict[str, int]:
     stale = now - timedelta(seconds=cfg["STALE_AFTER"])
     for run_id in Run.objects.filter(kill_pending=True, heartbeat_at__lt=stale).values_list("pk", flat=True):
         services.run_heartbeat(run_id=run_id)
-        run_kill_task.delay(run_id)  # its kill task was lost
+        runner.kill(run_id)  # its kill task was lost
         counts["kills resent"] += 1
     # An ended campaign holding nodes with no kill left: its teardown task was lost (none runs longer than its
     # hard time limit), so its nodes are given back.
-    lost = now - timedelta(seconds=cfg["STALE_AFTER"] + campaign_teardown_task.time_limit)
+    lost = now - timedelta(seconds=cfg["STALE_AFTER"] + runner.teardown_time_limit())
     ended = Campaign.objects.exclude(status=CampaignStatus.RUNNING).filter(leases__isnull=False, finished_at__lt=lost)
     for campaign_id in ended.exclude(runs__kill_pending=True).values_list("pk", flat=True).distinct():
         if services.campaign_release(campaign_id=campaign_id):

@@ -38,7 +38,6 @@ from campaigns.presets import preset_list
 from campaigns.spec import SpecError, to_yaml
 from inventory.models import Node, NodeStatus
 from plugins.benchmarks.base import ParamError
-from telemetry import charts
 
 TAIL_CHARS = 8_000  # of each host's stdout/stderr shown on the run page; the full log is a download
 FAILED = (RunStatus.FAILED, RunStatus.TIMED_OUT)
@@ -316,11 +315,8 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "flushes": run.provenance.get("flush") or [],
         "provenance_json": json.dumps(run.provenance, indent=2, sort_keys=True),
     }
-    if _is_htmx(request):
-        return render(request, "campaigns/_run.html", context)
-    series = list(run.series.order_by("host", "name", "labels_key"))
-    context.update(charts.run_charts(series, request.GET.get("t0"), request.GET.get("t1")))
-    return render(request, "campaigns/run_detail.html", context)
+    template = "campaigns/_run.html" if _is_htmx(request) else "campaigns/run_detail.html"
+    return render(request, template, context)
 
 
 @login_required

@@ -11,10 +11,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from common.errors import ApplicationError
+from common.sshkeys import UnreadableKey, load_private_key
+from common.sshkeys import fingerprint as ssh_fingerprint
+from inventory import dispatch
 from inventory.crypto import encrypt
 from inventory.models import Credential, HostKey, Interface, Node, Site, StorageSystem, Tag
-from runners.ssh import PermanentSSHError, load_private_key
-from runners.ssh import fingerprint as ssh_fingerprint
 
 
 class InventoryError(ApplicationError, ValueError):
@@ -28,7 +29,7 @@ class InventoryError(ApplicationError, ValueError):
 def _load_private_key(private_key: str) -> paramiko.PKey:
     try:
         return load_private_key(private_key.strip() + "\n")
-    except PermanentSSHError:
+    except UnreadableKey:
         raise InventoryError(
             "not a private key paramiko can read (OpenSSH or PEM; ed25519, ECDSA or RSA, without a passphrase)",
             field="private_key",
@@ -96,10 +97,8 @@ def hostkey_forget(*, address: str, port: int) -> int:
 
 def node_collect_facts(*, node_ids: Iterable[int]) -> None:
     """Queue the collection of these nodes' facts, one task each, once the current transaction commits."""
-    from inventory.tasks import collect_facts_task  # the task stores facts through this module
-
     for node_id in node_ids:
-        transaction.on_commit(partial(collect_facts_task.delay, node_id))
+        transaction.on_commit(partial(dispatch.collect_facts(), node_id))
 
 
 def node_store_facts(*, node: Node, facts: dict[str, Any]) -> Node:

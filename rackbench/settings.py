@@ -166,7 +166,7 @@ else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("RACKBENCH_VISIBILITY_TIMEOUT", 3600, minimum=60)}
 CELERY_TASK_IGNORE_RESULT = True  # the database row is the truth, never a Celery result
 CELERY_TASK_DEFAULT_QUEUE = "default"
-CELERY_TASK_ROUTES = {"runners.tasks.*": {"queue": "ssh"}, "inventory.tasks.*": {"queue": "ssh"}}
+CELERY_TASK_ROUTES = {"runners.tasks.*": {"queue": "ssh"}}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = 300
 CELERY_TASK_TIME_LIMIT = 360

@@ -9,8 +9,6 @@ permanent, clearly worded failure. Errors are classed transient (worth a retry) 
 from __future__ import annotations
 
 import base64
-import hashlib
-import io
 import select
 import socket
 import threading
@@ -21,6 +19,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import paramiko
+
+from common import sshkeys
+from common.sshkeys import fingerprint as fingerprint
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -87,11 +88,6 @@ class HostKeyStore(Protocol):
         """Pin the key unless one is already pinned; returns the pinned one."""
 
 
-def fingerprint(key_type: str, key_base64: str) -> str:
-    digest = hashlib.sha256(base64.b64decode(key_base64)).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
-
-
 def _known_hosts_name(address: str, port: int) -> str:
     return address if port == 22 else f"[{address}]:{port}"
 
@@ -117,12 +113,10 @@ def _mismatch_message(pinned: tuple[str, str], offered: tuple[str, str]) -> str:
 
 
 def load_private_key(text: str) -> paramiko.PKey:
-    for cls in (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey):
-        try:
-            return cls.from_private_key(io.StringIO(text))
-        except (paramiko.SSHException, ValueError, IndexError):
-            continue
-    raise PermanentSSHError(None, "the credential's private key cannot be read (ed25519, ECDSA or RSA, no passphrase)")
+    try:
+        return sshkeys.load_private_key(text)
+    except sshkeys.UnreadableKey as exc:
+        raise PermanentSSHError(None, str(exc)) from None
 
 
 @dataclass

@@ -18,8 +18,9 @@ from django.utils import timezone
 
 from campaigns import services
 from campaigns.models import Run, RunStatus
+from inventory.models import Node
 from plugins.benchmarks.base import ParamError
-from runners import execution, remote, ssh
+from runners import execution, facts, remote, ssh
 from telemetry.tasks import enqueue_prometheus_pull
 
 log = logging.getLogger(__name__)
@@ -179,3 +180,20 @@ def campaign_teardown_task(self: Task, campaign_id: int) -> None:
                 log.warning("campaign %s: teardown failed on some nodes: %s", campaign.name, "; ".join(errors))
     finally:
         services.campaign_release(campaign_id=campaign_id)
+
+
+@shared_task(bind=True, acks_late=True, soft_time_limit=150, time_limit=180, max_retries=3)
+def collect_facts_task(self: Task, node_id: int) -> None:
+    """Discover and store a node's facts. Idempotent: a redelivery just collects them again."""
+    node = Node.objects.select_related("credential").filter(pk=node_id).first()
+    if node is None:
+        return
+    try:
+        facts.collect_facts(node)
+    except (ssh.SSHError, SoftTimeLimitExceeded) as exc:
+        transient = isinstance(exc, SoftTimeLimitExceeded) or getattr(exc, "transient", False)
+        if transient and self.request.retries < (self.max_retries or 0):
+            countdown = settings.RACKBENCH["RETRY_BACKOFF"] * 2**self.request.retries * (1 + random.random() / 2)
+            log.warning("facts of %s: transient failure, retry in %.1f s: %s", node.name, countdown, exc)
+            raise self.retry(exc=exc, countdown=countdown) from exc
+        log.error("facts of %s not collected: %s", node.name, exc)

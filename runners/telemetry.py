@@ -43,13 +43,11 @@ import numpy.typing as npt
 from django.conf import settings
 
 from campaigns.models import Run
-from plugins.benchmarks.base import ParamError
+from common.durations import duration_ns
 from plugins.tools import isi_statistics
 from plugins.tools import sampler as tool
 from runners import remote, ssh
-from telemetry.durations import duration_ns, duration_text
 from telemetry.models import DETAIL_SERIES, Series, SeriesKind, SeriesSource
-from telemetry.prometheus import validate_queries
 from telemetry.services import CHUNK_SAMPLES, run_telemetry_note, run_telemetry_summarize, series_append
 
 if TYPE_CHECKING:
@@ -64,91 +62,10 @@ SAMPLER = Path(tool.__file__).resolve()
 FASTLOOP = Path(tool.FASTLOOP_SOURCE)
 GROUPS = tool.GROUPS
 FAST_GROUPS = tool.FAST_GROUPS
-KEYS = ("enabled", "interval", "fast_interval", "fast", "groups", "prometheus")
-MIN_FAST_NS = 1_000_000  # what a sysfs counter read and a Python tick can keep up with
-MIN_SLOW_NS = 100_000_000  # parsing /proc/stat, mountstats, ... takes a few ms on big hosts
-DEFAULT_INTERVAL = "1s"
-DEFAULT_FAST_INTERVAL = "1ms"
 READY_TIMEOUT = 10.0  # seconds for a sampler to take its first samples
 STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL: the sampler flushes its last frames
 FETCH_WINDOW = 4  # hosts whose files are held in memory at once
 BATCH_ROWS = 16 * CHUNK_SAMPLES  # rows per series_append: whole chunks
-
-
-# --- settings -------------------------------------------------------------------------------------------------
-
-
-def _group_list(value: Any, field: str) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(g, str) for g in value):
-        raise ParamError(field, f"must be a list of groups ({', '.join(GROUPS)})")
-    for name in value:
-        if name not in GROUPS:
-            raise ParamError(field, f"unknown group {name!r} (known: {', '.join(GROUPS)})")
-    if len(set(value)) != len(value):
-        raise ParamError(field, "lists a group twice")
-    return list(value)
-
-
-def validate_telemetry(value: Any) -> dict[str, Any]:
-    """The ``telemetry:`` section, normalised (durations spelled canonically); {} when telemetry is off.
-
-    ``telemetry: true`` is every group at 1 s. Raises ParamError naming the field.
-    """
-    if value is None or value is False or value == {}:
-        return {}
-    if value is True:
-        value = {}
-    if not isinstance(value, dict):
-        raise ParamError("telemetry", "must be a mapping, e.g. {enabled: true, interval: 1s, fast: [net]}")
-    unknown = sorted(set(value) - set(KEYS))
-    if unknown:
-        raise ParamError(f"telemetry.{unknown[0]}", f"unknown field (known fields: {', '.join(KEYS)})")
-    enabled = value.get("enabled", True)
-    if not isinstance(enabled, bool):
-        raise ParamError("telemetry.enabled", f"must be true or false, got {enabled!r}")
-    if not enabled:
-        return {}
-    groups = _group_list(value.get("groups", list(GROUPS)), "telemetry.groups")
-    queries = validate_queries(value.get("prometheus", []), "telemetry.prometheus")
-    if not groups and not queries:
-        raise ParamError("telemetry.groups", "names no group: leave telemetry out, or set enabled: false")
-    fast = _group_list(value.get("fast", []), "telemetry.fast")
-    for name in fast:
-        if name not in FAST_GROUPS:
-            raise ParamError(
-                "telemetry.fast",
-                f"{name} cannot be sampled at fast_interval: only counters read from one sysfs file each "
-                f"({', '.join(FAST_GROUPS)}) can",
-            )
-        if name not in groups:
-            raise ParamError("telemetry.fast", f"{name} is not in telemetry.groups")
-    interval = duration_ns(value.get("interval", DEFAULT_INTERVAL), "telemetry.interval")
-    heavy = [g for g in groups if g not in fast and g not in FAST_GROUPS]  # parsed from text files
-    floor = MIN_SLOW_NS if heavy else MIN_FAST_NS
-    if interval < floor:
-        message = f"{duration_text(interval)} is shorter than {duration_text(floor)}, the shortest interval"
-        if heavy:
-            message += (
-                f" for {', '.join(heavy)}; sample {' and '.join(FAST_GROUPS)} more often with "
-                "fast: [...] and fast_interval: (down to 1ms)"
-            )
-        raise ParamError("telemetry.interval", message)
-    config: dict[str, Any] = {"enabled": True, "interval": duration_text(interval), "groups": groups, "fast": fast}
-    if queries:
-        config["prometheus"] = queries
-    if "fast_interval" in value and not fast:
-        raise ParamError("telemetry.fast_interval", "is set but telemetry.fast names no group")
-    if fast:
-        fast_interval = duration_ns(value.get("fast_interval", DEFAULT_FAST_INTERVAL), "telemetry.fast_interval")
-        if fast_interval < MIN_FAST_NS:
-            raise ParamError(
-                "telemetry.fast_interval",
-                f"{duration_text(fast_interval)} is shorter than {duration_text(MIN_FAST_NS)}, the shortest interval",
-            )
-        if fast_interval >= interval:
-            raise ParamError("telemetry.fast_interval", f"must be shorter than interval ({duration_text(interval)})")
-        config["fast_interval"] = duration_text(fast_interval)
-    return config
 
 
 def samples(run: Run) -> bool:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -26,12 +25,11 @@ from typing import Any
 import yaml
 from django.conf import settings
 
+from common.durations import duration_ns
 from plugins.benchmarks.base import ParamError
-from telemetry.durations import duration_ns, duration_text
+from plugins.telemetry import validate_queries
 
 MAX_POINTS = 11_000  # Prometheus refuses a query_range of more points per series than this
-NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:]{0,79}$")
-KEYS = ("name", "query", "step", "unit")
 SUBSTITUTIONS = ("{host}", "{address}")
 PREFIX = "prom."
 
@@ -53,39 +51,6 @@ class Query:
 
     def for_host(self, host: str, address: str) -> str:
         return self.query.replace("{host}", host).replace("{address}", address)
-
-
-def validate_queries(value: Any, field: str) -> list[dict[str, Any]]:
-    """A list of queries as YAML gives it, normalised (steps spelled canonically).
-
-    Raises ParamError naming the field (``telemetry.prometheus[2].step``), as every check of a campaign does.
-    """
-    if not isinstance(value, list):
-        raise ParamError(field, "must be a list of {name:, query:, step:} mappings")
-    queries: list[dict[str, Any]] = []
-    for index, item in enumerate(value):
-        where = f"{field}[{index}]"
-        if not isinstance(item, dict):
-            raise ParamError(where, "must be a mapping such as {name: node_load, query: node_load1}")
-        unknown = sorted(set(item) - set(KEYS))
-        if unknown:
-            raise ParamError(f"{where}.{unknown[0]}", f"unknown field (known fields: {', '.join(KEYS)})")
-        name, query = item.get("name"), item.get("query")
-        if not isinstance(name, str) or not NAME.match(name):
-            raise ParamError(f"{where}.name", f"must be a name of letters, digits, _ . and : (got {name!r})")
-        if not isinstance(query, str) or not query.strip():
-            raise ParamError(f"{where}.query", "must be a PromQL expression")
-        entry: dict[str, Any] = {"name": name, "query": query.strip()}
-        if "step" in item:
-            entry["step"] = duration_text(duration_ns(item["step"], f"{where}.step"))
-        if "unit" in item:
-            if not isinstance(item["unit"], str) or len(item["unit"]) > 30:
-                raise ParamError(f"{where}.unit", "must be a short text such as %, B/s or W")
-            entry["unit"] = item["unit"]
-        if any(q["name"] == name for q in queries):
-            raise ParamError(f"{where}.name", f"{name!r} is used twice")
-        queries.append(entry)
-    return queries
 
 
 def default_queries() -> list[dict[str, Any]]:

@@ -18,8 +18,8 @@ from django.conf import settings
 
 from inventory import services
 from inventory.models import Interface, InterfaceRole
-from inventory.tasks import collect_facts_task
 from runners import facts, lab, remote, ssh
+from runners.tasks import collect_facts_task
 
 FIXTURES = Path(__file__).parent / "fixtures" / "facts"
 

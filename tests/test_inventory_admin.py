@@ -230,7 +230,7 @@ def test_collect_facts_queues_one_task_per_selected_node_after_commit(
     other = services.node_upsert(name="gpu02", address="10.0.0.12")
     selected = {"action": "collect_facts", "_selected_action": [inventory["node"].pk, other.pk]}
     with (
-        mock.patch("inventory.tasks.collect_facts_task.delay") as delay,
+        mock.patch("runners.tasks.collect_facts_task.delay") as delay,
         django_capture_on_commit_callbacks(execute=True),
     ):
         response = admin_client.post(reverse("admin:inventory_node_changelist"), selected, follow=True)

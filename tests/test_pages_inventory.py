@@ -17,7 +17,7 @@ from django.urls import reverse
 from accounts.services import team_create
 from inventory.models import Node, NodeStatus
 from inventory.services import node_upsert, storage_upsert
-from inventory.tasks import collect_facts_task
+from runners.dispatch import collect_facts
 
 LIST = reverse("inventory:node-list")
 
@@ -127,7 +127,7 @@ def test_a_team_member_collects_the_facts_of_a_team_node(
         response = client.post(reverse("inventory:node-collect-facts", args=[node.pk]))
     assert response.status_code == 302
     # the task is queued once the request's transaction commits, for this node
-    assert [(c.func, c.args) for c in queued] == [(collect_facts_task.delay, (node.pk,))]
+    assert [(c.func, c.args) for c in queued] == [(collect_facts, (node.pk,))]
     assert [str(m) for m in get_messages(response.wsgi_request)] == [
         "Collecting the facts of dgx-a: reload this page in a few seconds."
     ]
@@ -165,7 +165,7 @@ def test_only_staff_who_may_change_nodes_collect_the_facts_of_a_shared_node(
     with django_capture_on_commit_callbacks() as queued:
         response = ops.post(target)
     assert "Collecting the facts of lab-shared" in str(list(get_messages(response.wsgi_request))[0])
-    assert [(c.func, c.args) for c in queued] == [(collect_facts_task.delay, (shared.pk,))]
+    assert [(c.func, c.args) for c in queued] == [(collect_facts, (shared.pk,))]
     assert ops.get(target).status_code == 405
 
 

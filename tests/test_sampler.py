@@ -27,6 +27,7 @@ import pytest
 from campaigns import selectors, services
 from campaigns.models import Campaign, Run
 from campaigns.spec import SpecError
+from plugins import telemetry as telemetry_config
 from plugins.benchmarks.base import ParamError
 from plugins.tools import sampler as tool
 from runners import telemetry
@@ -603,15 +604,15 @@ def test_a_real_sampler_file_is_stored_and_summarised(run: Run, tmp_path: Path) 
 
 
 def test_the_settings_are_normalised() -> None:
-    assert telemetry.validate_telemetry(None) == {}
-    assert telemetry.validate_telemetry({"enabled": False, "interval": "1ms"}) == {}
-    assert telemetry.validate_telemetry(True) == {
+    assert telemetry_config.validate_telemetry(None) == {}
+    assert telemetry_config.validate_telemetry({"enabled": False, "interval": "1ms"}) == {}
+    assert telemetry_config.validate_telemetry(True) == {
         "enabled": True,
         "interval": "1s",
         "groups": list(tool.GROUPS),
         "fast": [],
     }
-    assert telemetry.validate_telemetry(
+    assert telemetry_config.validate_telemetry(
         {"interval": 0.5, "fast_interval": "1000us", "fast": ["net", "rdma"], "groups": ["cpu", "net", "rdma"]}
     ) == {
         "enabled": True,
@@ -650,7 +651,7 @@ def test_the_settings_are_normalised() -> None:
 )
 def test_bad_settings_are_refused_naming_the_field(value: Any, field: str, words: str) -> None:
     with pytest.raises(ParamError) as caught:
-        telemetry.validate_telemetry(value)
+        telemetry_config.validate_telemetry(value)
     assert caught.value.field == field
     assert words in caught.value.message
 
@@ -719,7 +720,7 @@ def test_telemetry_under_slurm_is_refused(db: None) -> None:
 
 
 def test_the_sampler_command_line_follows_the_settings() -> None:
-    config = telemetry.validate_telemetry({"interval": "1s", "fast": ["net"], "groups": ["cpu", "net"]})
+    config = telemetry_config.validate_telemetry({"interval": "1s", "fast": ["net"], "groups": ["cpu", "net"]})
 
     argv = telemetry.sampler_argv(config, end_marker="../exit_code", max_seconds=4200)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from plugins.benchmarks.base import ParamError
+from common.errors import ParamError
 
 UNITS_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000}
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|ms|s|m)?\s*$")

@@ -1,0 +1,31 @@
+"""The remote work campaigns asks for: runs to start, poll, collect and kill, campaigns to tear down; and the
+API's document of a verdict, which its webhook sends.
+
+``campaigns`` never imports ``runners``; ``runners`` connects its Celery tasks to this port at ready()
+(runners/apps.py). Each call enqueues one step; callers wrap it in ``transaction.on_commit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from common.ports import Port
+
+
+class Runner(Protocol):
+    def start(self, run_id: int) -> None: ...
+    def poll(self, run_id: int, token: str) -> None: ...
+    def collect(self, run_id: int) -> None: ...
+    def kill(self, run_id: int) -> None: ...
+    def teardown(self, campaign_id: int) -> None: ...
+    def teardown_time_limit(self) -> float:
+        """The longest a teardown step may run (its hard time limit), in seconds."""
+        ...
+
+
+runner: Port[Runner] = Port("campaigns.dispatch.runner", provider="runners")
+
+
+# A verdict as the API shows it (api connects its serializer at ready): the webhook sends the same document.
+verdict_document: Port[Callable[[Any], dict[str, Any]]] = Port("campaigns.dispatch.verdict_document", provider="api")

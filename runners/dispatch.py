@@ -1,0 +1,31 @@
+"""runners' side of the ports campaigns and inventory call (connected in RunnersConfig.ready)."""
+
+from __future__ import annotations
+
+from runners import tasks
+
+
+class CeleryRunner:
+    """Every step a Celery task on the "ssh" queue."""
+
+    def start(self, run_id: int) -> None:
+        tasks.run_start_task.delay(run_id)
+
+    def poll(self, run_id: int, token: str) -> None:
+        tasks.run_poll_task.delay(run_id, token)
+
+    def collect(self, run_id: int) -> None:
+        tasks.run_collect_task.delay(run_id)
+
+    def kill(self, run_id: int) -> None:
+        tasks.run_kill_task.delay(run_id)
+
+    def teardown(self, campaign_id: int) -> None:
+        tasks.campaign_teardown_task.delay(campaign_id)
+
+    def teardown_time_limit(self) -> float:
+        return float(tasks.campaign_teardown_task.time_limit or 0)
+
+
+def collect_facts(node_id: int) -> None:
+    tasks.collect_facts_task.delay(node_id)
