@@ -29,6 +29,7 @@ their power. A metric is left out when no sample had a value for it (MIG instanc
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from plugins.benchmarks.base import Benchmark, HostContext, Metric, MetricSpec, ParamError, ParseError, register
+from plugins.tools import sampler
 
 QUERY_FIELDS = (
     "timestamp",
@@ -111,18 +113,13 @@ class _Series:
 
 # --- reading ------------------------------------------------------------------------------------------------------
 
-PLACEHOLDER = re.compile(r"^\[.*\]$|^N/A$|^-$")
-LEADING_NUMBER = re.compile(r"^[-+]?\d+(?:\.\d+)?")
 HEADER_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*(?: \[[^\]]*\])?$")
 
 
 def _value(text: str) -> float | None:
-    """A reading without its unit ("45 %", "231.45 W", "1410"); None for nvidia-smi's placeholders."""
-    text = text.strip()
-    if not text or PLACEHOLDER.match(text):
-        return None
-    match = LEADING_NUMBER.match(text)
-    return float(match.group(0)) if match else None
+    """A reading without its unit; None for nvidia-smi's placeholders (the sampler's reader, one for both)."""
+    value = sampler.gpu_number(text)
+    return None if math.isnan(value) else value
 
 
 def _gpu_key(text: str) -> int | str:
@@ -161,25 +158,16 @@ def parse_query(text: str, fields: Iterable[str] = QUERY_FIELDS) -> dict[int | s
 
 
 def parse_dmon(text: str) -> dict[int | str, _Series]:
-    """GPU -> samples, from ``nvidia-smi dmon`` output."""
-    columns: list[str] = []
+    """GPU -> samples, from ``nvidia-smi dmon`` output (read line by line as the sampler reads it)."""
+    reader = sampler.DmonParser()
     series: dict[int | str, _Series] = defaultdict(_Series)
     for line in _lines(text):
-        if line.startswith("#"):
-            names = line.lstrip("#").split()
-            if "gpu" in names:
-                columns = names
+        parsed = reader.feed(line)
+        if parsed is None:
             continue
-        cells = line.split()
-        if not columns or len(cells) != len(columns):
-            continue
-        row = dict(zip(columns, cells, strict=True))
-        sample = {}
-        for column, measurement in DMON_COLUMNS.items():
-            value = _value(row[column]) if column in row else None
-            if value is not None:
-                sample[measurement] = value
-        series[_gpu_key(row["gpu"])].add(sample)
+        gpu, row = parsed
+        sample = {m: row[c] for c, m in DMON_COLUMNS.items() if c in row and not math.isnan(row[c])}
+        series[gpu].add(sample)
     return dict(series)
 
 

@@ -217,15 +217,17 @@ def parse_mountstats(text: bytes) -> list[tuple[str, str, str, list[int]]]:
     return out
 
 
+GPU_NUMBER = re.compile(r"^[-+]?\d+(?:\.\d+)?")
+
+
 def gpu_number(text: str) -> float:
-    """One value of nvidia-smi's CSV, with or without its unit; NaN for [N/A], N/A, [Not Supported], ..."""
+    """One value of nvidia-smi's CSV or dmon, with or without its unit ("45 %", "231.45 W", "1410"); NaN for
+    [N/A], N/A, [Not Supported], -, ... (the one reader of nvidia-smi's values: the nvidia_smi plug-in uses it too)"""
     text = text.strip()
     if not text or text.startswith("[") or text in ("N/A", "-"):
         return math.nan
-    try:
-        return float(text.split()[0])
-    except ValueError:
-        return math.nan
+    match = GPU_NUMBER.match(text)
+    return float(match.group(0)) if match else math.nan
 
 
 def parse_gpu_line(line: str, fields: tuple[str, ...] | list[str] = GPU_FIELDS) -> dict[str, float] | None:
