@@ -83,20 +83,7 @@ class NodeAdmin(admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ["name", "site", "role", "status", "tags"]}),
         ("SSH", {"fields": ["address", "ssh_port", "ssh_user", "credential"]}),
-        (
-            "Hardware",
-            {
-                "fields": [
-                    "gpu_model",
-                    "gpu_count",
-                    "gpu_memory_mb",
-                    "cpu_model",
-                    "cpu_cores",
-                    "ram_mb",
-                    "container_runtime",
-                ]
-            },
-        ),
+        ("Hardware", {"fields": list(Node.HARDWARE_FIELDS)}),
         ("Discovered facts", {"fields": ["facts_collected_at", "facts_pretty", "created_at"]}),
     ]
     actions = ["collect_facts"]

@@ -34,13 +34,7 @@ COLUMNS = (
     "status",
     "site",
     "tags",
-    "gpu_model",
-    "gpu_count",
-    "gpu_memory_mb",
-    "cpu_model",
-    "cpu_cores",
-    "ram_mb",
-    "container_runtime",
+    *Node.HARDWARE_FIELDS,
 )
 REQUIRED = ("name", "address")
 TEXT_FIELDS = ("name", "address", "ssh_user", "gpu_model", "cpu_model", "container_runtime")

@@ -90,6 +90,17 @@ class Node(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     status_loaded: str | None = None  # not a field: the status as read from the database
 
+    # The hardware a node is described by: filled from discovered facts, imported, shown in the admin.
+    HARDWARE_FIELDS = (
+        "gpu_model",
+        "gpu_count",
+        "gpu_memory_mb",
+        "cpu_model",
+        "cpu_cores",
+        "ram_mb",
+        "container_runtime",
+    )
+
     class Meta:
         ordering = ["name"]
 

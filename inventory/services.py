@@ -105,15 +105,8 @@ def node_store_facts(*, node: Node, facts: dict[str, Any]) -> Node:
     """Store discovered facts and fill the inventory fields that are still empty."""
     node.facts = facts
     node.facts_collected_at = timezone.now()
-    fill = {
-        "cpu_model": facts.get("cpu_model"),
-        "cpu_cores": facts.get("cpu_cores"),
-        "ram_mb": facts.get("ram_mb"),
-        "gpu_model": facts.get("gpu_model"),
-        "gpu_count": facts.get("gpu_count"),
-        "gpu_memory_mb": facts.get("gpu_memory_mb"),
-        "container_runtime": (facts.get("container_runtimes") or [None])[0],
-    }
+    found = {**facts, "container_runtime": (facts.get("container_runtimes") or [None])[0]}
+    fill = {field: found.get(field) for field in Node.HARDWARE_FIELDS}
     for field, value in fill.items():
         if value and not getattr(node, field):
             setattr(node, field, value)
