@@ -25,8 +25,9 @@
 2. One node's file of a 600 s run sampling 8 NICs every 1 ms (600,000 ticks x 16 counters = 9.6 M samples; three
    such nodes are the 14.4 M-sample case of bench/telemetry_ingest.py), written with the sampler's own writer
    from bursty synthetic RoCE counters (bench/telemetry_ingest.py's ``link_counter``): its size; fetched over SSH
-   from a lab sshd node with the same call runners.telemetry uses (needs root and sshd, as ``manage.py lab``;
-   ``--no-fetch`` skips it); and, when DATABASE_URL names a PostgreSQL server, stored with runners.telemetry.ingest
+   from a lab sshd node with the same call runners.samplers uses (needs root and sshd, as ``manage.py lab``;
+   ``--no-fetch`` skips it); and, when DATABASE_URL names a PostgreSQL server, stored with
+   telemetry.ingest.sampler_ingest
    and summarised, in a scratch database (``rackbench_sampler_bench``, created and dropped here).
 """
 
@@ -238,7 +239,7 @@ def node_file(seconds: int, path: Path) -> int:
 
 
 def fetch(path: Path) -> list[Row]:
-    """Fetch the file from a lab node with runners.ssh, as runners.telemetry does."""
+    """Fetch the file from a lab node with runners.ssh, as runners.samplers does."""
     from runners import lab, ssh
 
     if os.geteuid() != 0 or not Path(lab.SSHD).exists():
@@ -287,9 +288,9 @@ def fetch(path: Path) -> list[Row]:
 
 
 def store(path: Path, samples: int) -> list[Row]:
-    """runners.telemetry.ingest and the summaries, in a scratch PostgreSQL database."""
+    """telemetry.ingest.sampler_ingest and the summaries, in a scratch PostgreSQL database."""
     from campaigns.models import Campaign, Run
-    from runners import telemetry
+    from telemetry.ingest import sampler_ingest
     from telemetry.services import run_telemetry_summarize
 
     if connection.vendor != "postgresql":
@@ -305,7 +306,7 @@ def store(path: Path, samples: int) -> list[Row]:
         )
         blob = path.read_bytes()
         started = time.perf_counter()
-        stored = telemetry.ingest(run=run, host="node0", blobs=[blob])
+        stored = sampler_ingest(run=run, host="node0", blobs=[blob])
         ingest = time.perf_counter() - started
         started = time.perf_counter()
         results = run_telemetry_summarize(run=run)

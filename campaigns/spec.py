@@ -20,7 +20,7 @@ Format (see examples/campaigns/ and the README)::
                                       # submit each run's main command with sbatch on a login node (see the
                                       # README's Slurm section); absent or {kind: direct}: started over SSH
     telemetry: {interval: 1s, fast: [net], fast_interval: 1ms, groups: [cpu, mem, net, rdma, nfs, disk, gpu]}
-                                      # samplers on every host during each run (runners/telemetry.py)
+                                      # samplers on every host during each run (runners/samplers.py)
     matrix:                           # full cross product, in this order
       rw: [read, randread]
       numjobs: [1, 4, 16]
@@ -261,7 +261,7 @@ def _launcher(value: Any) -> dict[str, Any]:
 
 
 def _telemetry(value: Any) -> dict[str, Any]:
-    """Samplers on every host during runs (runners/telemetry.py): {} when off."""
+    """Samplers on every host during runs (runners/samplers.py): {} when off."""
     from plugins.telemetry import validate_telemetry
 
     try:

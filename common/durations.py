@@ -1,5 +1,5 @@
 """Durations as campaigns spell them (``1s``, ``250ms``, ``100us``, or a number of seconds): the one parser of them,
-for sampling intervals (runners.telemetry) and Prometheus steps (telemetry.prometheus)."""
+for sampling intervals (runners.samplers) and Prometheus steps (telemetry.prometheus)."""
 
 from __future__ import annotations
 

@@ -69,7 +69,7 @@ from plugins.containers import get_runtime, spec_from_dict
 from plugins.launchers import slurm
 from plugins.launchers.mpi import mpirun_argv, options_from_params
 from plugins.mounts import mount_command, plan_mounts, unmount_command
-from runners import remote, ssh, telemetry
+from runners import remote, samplers, ssh
 from runners import slurm as slurm_jobs
 
 TAIL = 4000
@@ -91,7 +91,7 @@ class HostJob(RunTarget):
     service: HostCommand | None = None
     root: str = ""  # rackbench's directory on the host (run directories, data, container keys)
     login: remote.Target | None = None  # on the primary under Slurm: the login node its main is submitted on
-    telemetry_dir: str = ""  # the sampler's job directory, when the campaign samples telemetry (runners.telemetry)
+    telemetry_dir: str = ""  # the sampler's job directory, when the campaign samples telemetry (runners.samplers)
 
     @property
     def service_dir(self) -> str:
@@ -228,7 +228,7 @@ def run_prepare(run: Run) -> list[HostJob]:
     provenance["container"] = start_containers(run, jobs)
     ssh.raise_first(remote.fan_out(jobs, _prepare_host))
     if run.campaign.telemetry:
-        provenance["telemetry"] = telemetry.prepare(run, jobs)
+        provenance["telemetry"] = samplers.prepare(run, jobs)
     if benchmark.uses_mpi and len(jobs) > 1:
         _mirror_primary_files(jobs)
         if not options:  # in a Slurm allocation mpirun reaches its hosts through Slurm, not over SSH
@@ -472,7 +472,7 @@ def run_submit(jobs: list[HostJob]) -> None:
     try:
         ssh.raise_first(remote.fan_out(services, lambda j: remote.job_submit(j.target, j.service_dir)))
         ssh.raise_first(remote.fan_out(services, _wait_ready))
-        telemetry.start(jobs)
+        samplers.start(jobs)
         ssh.raise_first(remote.fan_out(mains, lambda j: remote.job_submit(j.target, j.context.run_dir)))
     except Exception:
         remote.fan_out(mains, lambda j: remote.job_kill(j.target, j.context.run_dir))
@@ -598,7 +598,7 @@ def run_collect(run: Run) -> tuple[str, str]:
     """
     benchmark = get_benchmark(run.campaign.kind)
     targets = run_targets(run, started=True)
-    telemetry.stop(run, targets)  # first: the samplers record the benchmark, not this
+    samplers.stop(run, targets)  # first: the samplers record the benchmark, not this
     hosts = main_targets(run, targets)
     login = slurm_login(run)
     if login is not None:
@@ -631,7 +631,7 @@ def run_collect(run: Run) -> tuple[str, str]:
     stop_services(run, targets)
     metrics = per_host + benchmark.aggregate(per_host) if per_host else []
     services.run_store_results(run=run, metrics=metrics)
-    telemetry.collect(run, targets)  # after the results: it adds its summaries to them
+    samplers.collect(run, targets)  # after the results: it adds its summaries to them
     if not errors:
         errors += benchmark.missing(metrics, [h.row.host for h in hosts])
         errors += benchmark.check(run.params, metrics, logs)
@@ -678,7 +678,7 @@ def run_kill(run: Run) -> None:
     targets = run_targets(run, started=True)
     jobs = [(h.target, h.row.remote_dir) for h in main_targets(run, targets)]
     jobs += [(h.target, f"{h.row.remote_dir}/{SERVICE_DIR}") for h in targets if h.row.service_command]
-    jobs += telemetry.kill_jobs(run, targets)
+    jobs += samplers.kill_jobs(run, targets)
     ssh.raise_first(remote.fan_out(jobs, lambda job: remote.job_kill(*job)))
 
 
@@ -694,4 +694,4 @@ def run_keep_output(run: Run) -> None:
     Run.objects.filter(pk=run.pk).update(
         stdout_tail=_tails([(r.host, o[0]) for r, o in kept]), stderr_tail=_tails([(r.host, o[1]) for r, o in kept])
     )
-    telemetry.collect(run, targets)
+    samplers.collect(run, targets)

@@ -271,7 +271,7 @@ class Pool:
                     if limit is not None and size > limit:
                         fh.seek(size - limit)
                     # Many reads in flight instead of one 32 KiB request per round trip: 84 MB of telemetry came
-                    # over a lab node in 0.7 s instead of 3.3 s (measured for runners/telemetry.py).
+                    # over a lab node in 0.7 s instead of 3.3 s (measured for runners/samplers.py).
                     fh.prefetch(size)
                     return fh.read()
             except FileNotFoundError:

@@ -32,7 +32,7 @@ DETAIL_SERIES = frozenset({"cpu.core_util"})
 class SeriesSource(models.TextChoices):
     SAMPLER = "sampler"  # rackbench's sampler on a host of the run (plugins/tools/sampler.py)
     PROMETHEUS = "prometheus"  # pulled from Prometheus after the run (telemetry.prometheus)
-    STORAGE = "storage"  # the storage's statistics command (runners/telemetry.py, plugins/tools/isi_statistics.py)
+    STORAGE = "storage"  # the storage's statistics command (runners/samplers.py, plugins/tools/isi_statistics.py)
 
 
 class Series(models.Model):

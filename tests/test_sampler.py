@@ -1,5 +1,5 @@
 """The telemetry sampler (plugins/tools/sampler.py): its parsers on real /proc, sysfs and nvidia-smi output, the
-sampler run for real on this machine, its files stored as series (runners.telemetry.ingest), and the campaign's
+sampler run for real on this machine, its files stored as series (telemetry.ingest.sampler_ingest), and the campaign's
 ``telemetry:`` settings.
 
 Timings of the sampler's own CPU use live in bench/sampler_overhead.py; the lab run in tests/test_telemetry_e2e.py.
@@ -30,8 +30,9 @@ from campaigns.spec import SpecError
 from plugins import telemetry as telemetry_config
 from plugins.benchmarks.base import ParamError
 from plugins.tools import sampler as tool
-from runners import telemetry
+from runners import samplers
 from telemetry import codec
+from telemetry.ingest import sampler_ingest
 from telemetry.models import DETAIL_SERIES, Chunk, Series, SeriesKind
 from telemetry.services import run_telemetry_summarize
 
@@ -525,7 +526,7 @@ def test_it_stores_counters_scaled_gauges_as_they_are_and_leaves_out_what_is_mis
         cpu.ts.append(t0 + i * 100 * MS)
         cpu.appenders[0](value)
 
-    stored = telemetry.ingest(run=run, host="n1", blobs=[written(tmp_path, [rdma, cpu])])
+    stored = sampler_ingest(run=run, host="n1", blobs=[written(tmp_path, [rdma, cpu])])
 
     assert stored == {"series": 2, "samples": 5}
     rx = Series.objects.get(run=run, name="rdma.rx_bytes")
@@ -549,7 +550,7 @@ def test_it_keeps_samples_up_to_one_interval_after_the_benchmark_ended(run: Run,
         net.ts.append(t0 + i * MS)
         net.appenders[0](i * 1000)
 
-    telemetry.ingest(run=run, host="n1", blobs=[written(tmp_path, [net], {"main_ended_ns": t0 + 5 * MS + 1})])
+    sampler_ingest(run=run, host="n1", blobs=[written(tmp_path, [net], {"main_ended_ns": t0 + 5 * MS + 1})])
 
     assert samples(Series.objects.get(run=run)).timestamps_ns[-1] == t0 + 6 * MS
 
@@ -564,8 +565,8 @@ def test_storing_again_replaces_a_hosts_series_and_timestamps_only_ever_increase
         gpu.appenders[0](value)
     blob = written(tmp_path, [gpu])
 
-    telemetry.ingest(run=run, host="n1", blobs=[blob])
-    telemetry.ingest(run=run, host="n1", blobs=[blob])
+    sampler_ingest(run=run, host="n1", blobs=[blob])
+    sampler_ingest(run=run, host="n1", blobs=[blob])
 
     series = Series.objects.get(run=run)
     assert samples(series).values.tolist() == [1 << 20, 3 << 20, 5 << 20]
@@ -578,7 +579,7 @@ def test_a_sampler_file_cut_short_keeps_its_whole_frames(run: Run, tmp_path: Pat
         net.appenders[0](i)
     blob = written(tmp_path, [net])
 
-    telemetry.ingest(run=run, host="n1", blobs=[blob + blob[len(tool.MAGIC) : len(tool.MAGIC) + 7]])
+    sampler_ingest(run=run, host="n1", blobs=[blob + blob[len(tool.MAGIC) : len(tool.MAGIC) + 7]])
 
     assert Series.objects.get(run=run).sample_count == 3
 
@@ -588,7 +589,7 @@ def test_a_real_sampler_file_is_stored_and_summarised(run: Run, tmp_path: Path) 
 
     blobs = [(tmp_path / name).read_bytes() for name in ("slow.rbs", "fast.rbs")]
 
-    stored = telemetry.ingest(run=run, host="n1", blobs=blobs)
+    stored = sampler_ingest(run=run, host="n1", blobs=blobs)
     run_telemetry_summarize(run=run, skip=DETAIL_SERIES)
 
     names = set(Series.objects.filter(run=run).values_list("name", flat=True))
@@ -722,7 +723,7 @@ def test_telemetry_under_slurm_is_refused(db: None) -> None:
 def test_the_sampler_command_line_follows_the_settings() -> None:
     config = telemetry_config.validate_telemetry({"interval": "1s", "fast": ["net"], "groups": ["cpu", "net"]})
 
-    argv = telemetry.sampler_argv(config, end_marker="../exit_code", max_seconds=4200)
+    argv = samplers.sampler_argv(config, end_marker="../exit_code", max_seconds=4200)
 
     assert argv == [
         "python3", "sampler.py", "--dir", ".", "--groups", "cpu,net", "--interval", "1000000000",

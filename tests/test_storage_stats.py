@@ -12,7 +12,7 @@ from campaigns import services
 from campaigns.models import CampaignStatus
 from plugins.tools import isi_statistics
 from runners import remote
-from runners.telemetry import storage_dir, storage_script
+from runners.samplers import storage_dir, storage_script
 from telemetry.models import Series, SeriesSource
 from tests.conftest import finished, group_alive
 

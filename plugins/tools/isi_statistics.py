@@ -1,6 +1,6 @@
 """Parse what a storage system's statistics command printed during a run into series.
 
-rackbench runs the command in a loop on the storage system's admin endpoint (runners.telemetry.storage_script),
+rackbench runs the command in a loop on the storage system's admin endpoint (runners.samplers.storage_script),
 each output preceded by a line ``@@rackbench-sample <seconds since the epoch>``. The one format read is OneFS'
 ``isi statistics system --nodes all --format top``, as the real sample in tests/data/isi_statistics_system_top.txt
 (from seed 000/001) shows it::

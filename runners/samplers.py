@@ -34,12 +34,10 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
 from django.conf import settings
 
 from campaigns.models import Run
@@ -47,8 +45,9 @@ from common.durations import duration_ns
 from plugins.tools import isi_statistics
 from plugins.tools import sampler as tool
 from runners import remote, ssh
-from telemetry.models import DETAIL_SERIES, Series, SeriesKind, SeriesSource
-from telemetry.services import CHUNK_SAMPLES, run_telemetry_note, run_telemetry_summarize, series_append
+from telemetry import ingest
+from telemetry.models import DETAIL_SERIES
+from telemetry.services import CHUNK_SAMPLES, run_telemetry_note, run_telemetry_summarize
 
 if TYPE_CHECKING:
     from inventory.models import StorageSystem
@@ -252,15 +251,8 @@ def storage_collect(run: Run, storage: StorageSystem) -> dict[str, Any]:
         detail = f" (stderr: {stderr.strip()[-300:]})" if stderr.strip() else ""
         outcome["errors"].append(f"{where}: {exc}{detail}")
         return outcome
-    Series.objects.filter(run=run, source=SeriesSource.STORAGE).delete()
-    for one in parsed:
-        series_append(
-            run=run, host=storage.name, name=one.name, labels=one.labels, unit=one.unit, kind=SeriesKind.GAUGE,
-            timestamps_ns=np.array(one.timestamps_ns, dtype=np.int64), values=np.array(one.values),
-            interval_ns=round(storage.stats_interval_s * 1e9), source=SeriesSource.STORAGE,
-        )  # fmt: skip
-        outcome["series"] += 1
-        outcome["samples"] += len(one.timestamps_ns)
+    outcome.update(ingest.storage_ingest(run=run, storage=storage.name, parsed=parsed,
+                                         interval_ns=round(storage.stats_interval_s * 1e9)))  # fmt: skip
     return outcome
 
 
@@ -292,7 +284,9 @@ def collect(run: Run, hosts: list[RunTarget]) -> dict[str, Any]:
         try:
             files = future.result()
             started = time.monotonic()
-            stored = ingest(run=run, host=host.row.host, blobs=files.blobs, end_ns=max(ends, default=None))
+            stored = ingest.sampler_ingest(
+                run=run, host=host.row.host, blobs=files.blobs, end_ns=max(ends, default=None)
+            )
             if stored.get("ended_ns"):
                 ends.append(stored["ended_ns"])
             outcome["hosts"][host.row.host] = {
@@ -339,89 +333,3 @@ def _fetch(host: RunTarget) -> HostFiles:
         if data:
             blobs.append(data)
     return HostFiles(host.row.host, blobs, sum(len(b) for b in blobs), time.monotonic() - started)
-
-
-@dataclass
-class _Stream:
-    """A stream of a sampler file being stored: its definition, rows not stored yet, the last timestamp kept."""
-
-    definition: dict[str, Any]
-    dtype: np.dtype[Any]
-    parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[Any]]] = field(default_factory=list)
-    rows: int = 0
-    last_ns: int = -(2**63)
-
-
-def ingest(*, run: Run, host: str, blobs: list[bytes], end_ns: int | None = None) -> dict[str, int]:
-    """Store the samples of a host's sampler files as series of the run, replacing the host's earlier ones.
-
-    Samples after the end of the host's main command are left out; a host without one (an MPI job's other hosts)
-    is clipped at ``end_ns`` when given. Returns the counts stored and ``ended_ns``, the main command's end.
-    """
-    Series.objects.filter(run=run, host=host, source=SeriesSource.SAMPLER).delete()
-    streams: dict[tuple[int, int], _Stream] = {}
-    ended_ns = None
-    for index, blob in enumerate(blobs):  # definitions and the main command's end first
-        for kind, payload in tool.read_frames(blob):
-            if kind == tool.DEFINE:
-                definition = json.loads(bytes(payload))
-                dtype = np.dtype("<i8" if definition["type"] == "q" else "<f8")
-                streams[(index, definition["stream"])] = _Stream(definition, dtype)
-            elif kind == tool.END:
-                ended_ns = json.loads(bytes(payload))["main_ended_ns"]
-    end_ns = ended_ns or end_ns
-    totals = {"series": 0, "samples": 0}
-    for index, blob in enumerate(blobs):
-        for kind, payload in tool.read_frames(blob):
-            if kind != tool.SAMPLE:
-                continue
-            sid, rows, body = tool.sample_body(payload)
-            stream = streams[(index, sid)]
-            width = len(stream.definition["columns"])
-            ts = np.frombuffer(body, "<i8", count=rows)
-            values = np.frombuffer(body, stream.dtype, count=rows * width, offset=rows * 8).reshape(width, rows)
-            stream.parts.append((ts, values))
-            stream.rows += rows
-            if stream.rows >= BATCH_ROWS:
-                _store(run, host, stream, end_ns, totals)
-    for stream in streams.values():
-        _store(run, host, stream, end_ns, totals)
-    totals["series"] = Series.objects.filter(run=run, host=host, source=SeriesSource.SAMPLER).count()
-    if ended_ns:
-        totals["ended_ns"] = ended_ns
-    return totals
-
-
-def _store(run: Run, host: str, stream: _Stream, end_ns: int | None, totals: dict[str, int]) -> None:
-    """Append a stream's pending rows to its series: timestamps strictly increasing, none long after the end."""
-    if not stream.parts:
-        return
-    ts = np.concatenate([p[0] for p in stream.parts])
-    values = np.concatenate([p[1] for p in stream.parts], axis=1)
-    stream.parts, stream.rows = [], 0
-    interval = int(stream.definition["interval_ns"])
-    running_max = np.maximum.accumulate(np.concatenate(([stream.last_ns], ts)))
-    keep = ts > running_max[:-1]  # a clock stepped back, two lines read at once: the later ones go
-    if end_ns is not None:
-        keep &= ts <= end_ns + interval  # the sample that closes the interval the benchmark ended in stays
-    if keep.any():
-        stream.last_ns = int(ts[keep][-1])
-    for col, column in zip(values, stream.definition["columns"], strict=True):
-        present = keep & (col >= 0 if col.dtype.kind == "i" else ~np.isnan(col))
-        if not present.any():
-            continue
-        scale = column.get("scale", 1)
-        kept = col[present] if scale == 1 else col[present] * scale  # int64 stays int64 for a whole scale
-        series_append(
-            run=run,
-            host=host,
-            name=column["name"],
-            labels=column["labels"],
-            unit=column["unit"],
-            kind=column["kind"],
-            timestamps_ns=ts[present],
-            values=kept,
-            interval_ns=interval,
-            precision=column.get("precision"),
-        )
-        totals["samples"] += int(present.sum())
