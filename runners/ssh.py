@@ -312,6 +312,10 @@ def _drain(channel: paramiko.Channel, *, deadline: float) -> tuple[str | None, s
     """Read stdout and stderr together until the command ends; (None, None) on timeout."""
     out: list[bytes] = []
     err: list[bytes] = []
+    # poll, not select: a worker holding a thousand connections has descriptors past FD_SETSIZE (1024), which
+    # select() refuses ("filedescriptor out of range").
+    waiting = select.poll()
+    waiting.register(channel, select.POLLIN)
     while True:
         while channel.recv_ready():
             out.append(channel.recv(65536))
@@ -323,7 +327,7 @@ def _drain(channel: paramiko.Channel, *, deadline: float) -> tuple[str | None, s
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return None, None
-        select.select([channel], [], [], min(remaining, 1.0))
+        waiting.poll(min(remaining, 1.0) * 1000)
     return b"".join(out).decode(errors="replace"), b"".join(err).decode(errors="replace")
 
 

@@ -30,6 +30,29 @@ def test_it_runs_a_command_and_returns_its_output_and_exit_code(targets: list[re
     assert (result.exit_code, result.stdout, result.stderr) == (3, "out\n", "err\n")
 
 
+def test_it_runs_commands_on_descriptors_past_fd_setsize(targets: list[remote.Target]) -> None:
+    """A worker holding ~1,000 connections gets descriptors above 1024, which select() refuses."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the hard limit on open files ({hard}) is below 1200: no descriptor can pass 1024 here")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held: list[int] = []
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        remote.reset_pool()  # the next connection (and its channel's pipe) gets descriptors above 1100
+        result = targets[0].run("echo past-1024")
+    finally:
+        for fd in held:
+            os.close(fd)
+        remote.reset_pool()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert result.stdout == "past-1024\n"
+
+
 def test_it_reuses_one_connection_with_tcp_nodelay(targets: list[remote.Target]) -> None:
     target = targets[0]
     target.run("true")
