@@ -43,7 +43,8 @@ def series_append(
 
     ``timestamps_ns`` are integers (ns since the epoch), strictly increasing and after the series' last sample;
     ``values`` are integers (exact) or finite floats (exact, or quantized to ``precision`` when given: see
-    telemetry.codec). ``interval_ns`` is the nominal sampling interval (default: the median of the first ones).
+    telemetry.codec). ``interval_ns`` is the nominal sampling interval (default: the median of the first ones);
+    when given, timestamps are stored to 1/100 of it (``time_quantum``).
     Each call writes whole chunks of up to CHUNK_SAMPLES samples: append in large batches to keep chunks full.
     """
     ts, vals = _validated(timestamps_ns, values)
@@ -51,6 +52,8 @@ def series_append(
         raise ValueError(f"unknown series kind {kind!r}")
     if precision is not None and vals.dtype.kind == "f":
         vals = np.rint(vals / precision) * precision  # the stored values, so that chunk statistics match reads
+    if interval_ns:
+        ts, vals = _on_time_grid(ts, vals, interval_ns)
     with transaction.atomic():
         series, created = Series.objects.select_for_update().get_or_create(
             run=run,
@@ -69,6 +72,10 @@ def series_append(
             raise ValueError(f"{series} is a {series.kind} in {series.unit!r}, not a {kind} in {unit!r}")
         if not len(ts):
             return series
+        if interval_ns and series.last_ns is not None and len(ts) and ts[0] == series.last_ns:
+            ts, vals = ts[1:], vals[1:]  # rounded onto the series' last timestamp: a second read within the quantum
+            if not len(ts):
+                return series
         if series.last_ns is not None and ts[0] <= series.last_ns:
             raise ValueError(f"{series} already has samples up to {series.last_ns} ns, at or after {ts[0]} ns")
         seq, prev = _series_tail(series)
@@ -81,6 +88,28 @@ def series_append(
             series.interval_ns = int(np.median(np.diff(ts[:CHUNK_SAMPLES])))
         series.save(update_fields=["sample_count", "first_ns", "last_ns", "last_value", "interval_ns"])
     return series
+
+
+def time_quantum(interval_ns: int) -> int:
+    """The precision timestamps are stored to: the largest power of ten at most 1/100 of the sampling interval
+    (10 µs at 1 ms, 10 ms at 1 s). A sampler's wake-up jitter below it is noise that would otherwise cost most of
+    a sample's bytes on disk (2.1 of 3.5 B at 1 ms with 20-60 µs of jitter); a rate over one interval moves by at
+    most 1% for it."""
+    if interval_ns < 100:
+        return 1
+    return int(10 ** int(np.floor(np.log10(interval_ns / 100))))
+
+
+def _on_time_grid(ts: codec.IntArray, vals: npt.NDArray[Any], interval_ns: int) -> tuple[codec.IntArray, Any]:
+    """Timestamps rounded to ``time_quantum(interval_ns)``; a sample that rounding makes collide with the one
+    before it (two reads within the quantum) is left out, so timestamps stay strictly increasing."""
+    quantum = time_quantum(interval_ns)
+    if quantum == 1 or not ts.size:
+        return ts, vals
+    rounded = (ts + quantum // 2) // quantum * quantum
+    keep = np.ones(rounded.size, dtype=bool)
+    keep[1:] = np.diff(rounded) > 0
+    return (rounded, vals) if keep.all() else (rounded[keep], vals[keep])
 
 
 def _validated(timestamps_ns: npt.ArrayLike, values: npt.ArrayLike) -> tuple[codec.IntArray, npt.NDArray[Any]]:

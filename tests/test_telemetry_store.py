@@ -561,3 +561,21 @@ def test_the_admin_lists_series_and_chunks_read_only(
         assert admin_client.get(reverse(f"admin:telemetry_{model}_changelist")).status_code == 200
         assert admin_client.get(reverse(f"admin:telemetry_{model}_add")).status_code == 403
     assert admin_client.get(reverse("admin:telemetry_series_change", args=[series.pk])).status_code == 200
+
+
+def test_it_stores_timestamps_to_a_hundredth_of_the_sampling_interval(run: Run) -> None:
+    assert [services.time_quantum(i) for i in (50, 1_000_000, 100_000_000, 1_000_000_000)] == [1, 10_000, 10**6, 10**7]
+    ts, values = link_counter(5000)  # 1 ms with 20-60 µs of wake-up jitter, ns resolution
+    series = append(run, ts, values, interval_ns=MS)
+    decoded = [codec.decode(bytes(c.data)) for c in series.chunks.order_by("seq")]
+    kept = np.concatenate([d.timestamps_ns for d in decoded])
+    assert (kept % 10_000 == 0).all() and (np.diff(kept) > 0).all()
+    assert np.abs(kept - ts).max() <= 5_000  # within half the quantum of what the sampler read
+    assert len(kept) == series.sample_count == len(ts)
+
+
+def test_a_second_read_within_the_quantum_is_left_out_not_refused(run: Run) -> None:
+    append(run, [1_000_000_000, 1_001_000_000], [1, 2], interval_ns=MS)
+    series = append(run, [1_001_004_000, 1_002_000_000], [3, 4], interval_ns=MS)  # rounds onto the last sample
+    series.refresh_from_db()
+    assert (series.sample_count, series.last_ns, series.last_value) == (3, 1_002_000_000, 4)
