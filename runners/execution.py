@@ -530,7 +530,7 @@ def _flush(target: remote.Target, command: str, label: str, what: str) -> dict[s
 def run_submit(jobs: list[HostJob]) -> None:
     """Start the services, wait until they accept work, start the telemetry samplers, then every main command.
 
-    If any host refuses, everything already started is stopped again.
+    If any host refuses, everything already started is stopped and reset again.
     """
     primary = jobs[0] if jobs else None
     if primary is not None and primary.login is not None:  # Slurm: no services, one main (run_prepare checked)
@@ -544,9 +544,9 @@ def run_submit(jobs: list[HostJob]) -> None:
         ssh.raise_first(remote.fan_out(services, _wait_ready))
         telemetry.start(jobs)
         ssh.raise_first(remote.fan_out(mains, lambda j: remote.job_submit(j.target, j.context.run_dir)))
-    except Exception:
-        remote.fan_out(mains, lambda j: remote.job_kill(j.target, j.context.run_dir))
-        remote.fan_out(services, lambda j: remote.job_kill(j.target, j.service_dir))
+    except Exception:  # undone, so that a retry starts every host again, in one attempt
+        remote.fan_out(mains, lambda j: remote.job_undo(j.target, j.context.run_dir))
+        remote.fan_out(services, lambda j: remote.job_undo(j.target, j.service_dir))
         remote.fan_out([j for j in jobs if j.telemetry_dir], lambda j: remote.job_kill(j.target, j.telemetry_dir))
         raise
 

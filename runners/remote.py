@@ -226,6 +226,12 @@ def job_kill(target: Target, job_dir: str, *, grace: float = 3.0) -> None:
     target.run(line, timeout=grace + 30)
 
 
+def job_undo(target: Target, job_dir: str) -> None:
+    """Kill a job and forget that it was started, so that it can be started again (a start undone half way)."""
+    job_kill(target, job_dir)
+    target.check(f"cd {shlex.quote(job_dir)} && rm -f submitted pid exit_code stdout stderr", what="resetting the job")
+
+
 def job_output(target: Target, job_dir: str, *, limit: int | None = None) -> tuple[str, str]:
     """The job's stdout and stderr (each only its last ``limit`` bytes when given)."""
     stdout = target.get(f"{job_dir}/stdout", limit=limit) or b""
