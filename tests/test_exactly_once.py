@@ -20,7 +20,7 @@ from campaigns import services
 from campaigns.models import Campaign, CampaignStatus, Result, Run, RunStatus
 from inventory.services import node_upsert
 from runners import tasks as run_tasks
-from tests.conftest import finished
+from tests.conftest import finished, group_alive, wait_for
 from tests.test_campaign_e2e import fio_campaign
 
 
@@ -193,3 +193,34 @@ def _concurrently(count: int, fn: Any) -> list[Any]:
     for t in threads:
         t.join()
     return out
+
+
+@pytest.mark.lab
+def test_a_start_cut_off_half_way_is_undone_and_every_host_starts_in_one_attempt(lab: dict[str, Any]) -> None:
+    from runners import execution, remote
+
+    fixed = {"bs": "64k", "size": "8M", "runtime": 3, "time_based": 1}
+    run = launched("halfway", ["lab1", "lab2"], fixed=fixed).runs.get()
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.PREPARING, resumes=1)  # a resumed start
+    run = Run.objects.select_related("campaign").get(pk=run.pk)
+    jobs = execution.run_prepare(run)
+    remote.job_submit(jobs[0].target, jobs[0].context.run_dir)  # the worker died after the first host
+    first = wait_for_pid(jobs[0])
+
+    run_tasks.run_start_task.apply(args=(run.pk,))
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING, run.error
+    pids = [wait_for_pid(job) for job in jobs]
+    assert all(remote.job_state(j.target, j.context.run_dir).submitted for j in jobs)
+    assert pids[0] != first  # the half-started attempt was undone, not mixed into this one
+    assert not group_alive(first)
+    services.run_finish(run_id=run.pk, status=RunStatus.CANCELLED, kill=False)
+    for job in jobs:
+        remote.job_kill(job.target, job.context.run_dir)
+
+
+def wait_for_pid(job: Any) -> int:
+    from runners import remote
+
+    return wait_for(lambda: remote.job_state(job.target, job.context.run_dir).pid, timeout=20, what="the job's pid")
