@@ -192,6 +192,8 @@ class Result(models.Model):
     class Meta:
         ordering = ["run", "name", "host"]
         indexes = [models.Index(fields=["run", "name"])]
+        # One number per run, metric, host and labels: a run's results are stored once, whatever collects it.
+        constraints = [models.UniqueConstraint(fields=["run", "name", "host", "labels"], name="result_unique")]
 
     def __str__(self) -> str:
         return f"{self.name}={self.value} {self.unit}"

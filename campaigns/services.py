@@ -657,9 +657,16 @@ def run_provenance_merge(*, run_id: int, update: Callable[[dict[str, Any]], None
     return provenance
 
 
-def run_store_results(*, run: Run, metrics: list[Metric]) -> int:
-    """Replace the run's results (collecting twice stores them once)."""
+def run_store_results(*, run: Run, metrics: list[Metric], status: str = RunStatus.COLLECTING) -> int:
+    """Replace the run's results while it is in ``status`` (collecting: a run cancelled meanwhile keeps none).
+
+    Under a lock on the run's row, so two collects of one run (a duplicated task) store its results once, one
+    after the other; the unique constraint on results enforces it. Returns how many were stored (0: none, the
+    run was no longer collecting).
+    """
     with transaction.atomic():
+        if not Run.objects.select_for_update().filter(pk=run.pk, status=status).exists():
+            return 0
         run.results.all().delete()
         rows = Result.objects.bulk_create(
             Result(run=run, name=m.name, value=m.value, unit=m.unit, host=m.host, labels=m.labels) for m in metrics
@@ -700,7 +707,7 @@ def results_import(*, campaign: Campaign, kind: str, outputs: list[tuple[str, st
             RunHost(run=run, host=host, address="", command="(imported)", remote_dir="", stdout=text)
             for host, text in outputs
         )
-        run_store_results(run=run, metrics=metrics)
+        run_store_results(run=run, metrics=metrics, status=RunStatus.SUCCEEDED)
     return run
 
 

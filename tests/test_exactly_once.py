@@ -224,3 +224,39 @@ def wait_for_pid(job: Any) -> int:
     from runners import remote
 
     return wait_for(lambda: remote.job_state(job.target, job.context.run_dir).pid, timeout=20, what="the job's pid")
+
+
+# --- results, once --------------------------------------------------------------------------------------
+
+
+def some_metrics(value: float) -> list[Any]:
+    from runners.benchmarks.base import Metric
+
+    return [Metric(name=f"m{i}", value=value, unit="B/s", host=h) for i in range(20) for h in ("off1", "")]
+
+
+def test_concurrent_collects_store_a_run_s_results_once(offline_nodes: list[Any]) -> None:
+    run = a_run(RunStatus.COLLECTING)
+    for attempt in range(5):  # each round: four collects at once
+        metrics = some_metrics(attempt)
+        stored = _concurrently(4, lambda: services.run_store_results(run=run, metrics=metrics))  # noqa: B023
+        assert all(n == 40 for n in stored), stored
+        assert Result.objects.filter(run=run).count() == 40
+        assert set(Result.objects.filter(run=run).values_list("value", flat=True)) == {attempt}
+
+
+def test_the_database_refuses_a_result_stored_twice(offline_nodes: list[Any]) -> None:
+    from django.db import IntegrityError, transaction
+
+    run = a_run(RunStatus.COLLECTING)
+    Result.objects.create(run=run, name="bw", value=1, unit="B/s", host="off1", labels={"op": "read"})
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Result.objects.create(run=run, name="bw", value=2, unit="B/s", host="off1", labels={"op": "read"})
+    Result.objects.create(run=run, name="bw", value=2, unit="B/s", host="off1", labels={"op": "write"})
+
+
+def test_a_run_no_longer_collecting_stores_nothing(offline_nodes: list[Any]) -> None:
+    run = a_run(RunStatus.CANCELLED)
+
+    assert services.run_store_results(run=run, metrics=some_metrics(1)) == 0
+    assert not Result.objects.filter(run=run).exists()
