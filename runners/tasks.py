@@ -232,7 +232,13 @@ def run_kill_task(self: Task, run_id: int) -> None:
     if run is None:
         return
     try:
-        execution.run_kill(run)
+        unconfirmed = execution.run_kill(run)
+        if unconfirmed:
+            raise ssh.TransientSSHError(
+                None,
+                "the kill is not confirmed on "
+                + "; ".join(f"{host}: {why}" for host, why in sorted(unconfirmed.items())),
+            )
         execution.run_keep_output(run)
         enqueue_prometheus_pull(run_id)  # a failed or cancelled run's window is evidence too
     except Exception as exc:

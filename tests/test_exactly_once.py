@@ -6,9 +6,12 @@ sending each task a second time while its step is under way, as a broker redeliv
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -260,3 +263,87 @@ def test_a_run_no_longer_collecting_stores_nothing(offline_nodes: list[Any]) -> 
 
     assert services.run_store_results(run=run, metrics=some_metrics(1)) == 0
     assert not Result.objects.filter(run=run).exists()
+
+
+# --- a kill that gets everything -------------------------------------------------------------------------
+
+
+def process_alive(pid: int) -> bool:
+    """A live (not zombie) process on this machine, where the lab nodes run."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.lab
+def test_a_kill_gets_a_term_ignoring_child_that_left_for_its_own_session(lab: dict[str, Any]) -> None:
+    from runners import remote
+
+    remote.reset_pool()
+    target = remote.node_target(lab["nodes"]["lab1"])
+    job_dir = f"{remote.remote_root(target)}/test/escape-{time.monotonic_ns()}"
+    # Like fio on hung storage: the main process does not exit on TERM, and a child runs in its own session.
+    tree = "trap '' TERM; setsid sh -c 'echo $$ > child.pid; exec sleep 300' & exec sleep 301"
+    remote.job_prepare(
+        target, job_dir, extra_dirs=[], files={"command.sh": remote.command_script(["sh", "-c", tree], {})}
+    )
+    remote.job_submit(target, job_dir)
+    main = wait_for(lambda: remote.job_state(target, job_dir).pid, timeout=20, what="the job's pid")
+    child = int(wait_for(lambda: target.get(f"{job_dir}/child.pid"), timeout=20, what="the child's pid"))
+    assert os.getsid(child) == child != os.getsid(main)
+
+    try:
+        left = remote.job_kill(target, job_dir, grace=0.5)
+
+        assert not process_alive(child), "the child in its own session outlived the kill"
+        assert not group_alive(main)
+        assert left == []  # confirmed
+    finally:
+        if process_alive(child):
+            os.kill(child, signal.SIGKILL)
+        remote.reset_pool()
+
+
+@pytest.mark.lab
+@pytest.mark.worker
+def test_a_cancel_kills_fio_s_job_processes_when_fio_does_not_exit_on_term(lab: dict[str, Any], worker: Any) -> None:
+    fixed = {"bs": "64k", "size": "8M", "runtime": 60, "time_based": 1, "numjobs": 2}
+    campaign = launched("hung", ["lab2"], fixed=fixed)
+    run = wait_for(lambda: campaign.runs.filter(status=RunStatus.RUNNING).first(), timeout=60, what="fio running")
+    fio = wait_for(lambda: run.hosts.get().pid and fio_processes(run.hosts.get().pid), timeout=20, what="fio's jobs")
+    main, jobs = fio[0], fio[1:]
+    assert jobs and all(os.getsid(p) == p for p in jobs)  # fio's job processes: each in a session of its own
+    os.kill(main, signal.SIGSTOP)  # hung: fio's main process does not act on TERM
+
+    try:
+        services.campaign_cancel(campaign=campaign)
+        finished(campaign, timeout=60)
+
+        assert [p for p in fio if process_alive(p)] == []
+    finally:
+        for pid in fio:
+            if process_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def fio_processes(launcher_pid: int) -> list[int]:
+    """fio's main process (first) and its job processes, under the job's launcher."""
+    children: dict[int, list[int]] = {}
+    names: dict[int, str] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        pid, rest = int(text.split(" ", 1)[0]), text.rsplit(")", 1)
+        names[pid] = text[text.index("(") + 1 : text.rindex(")")]
+        children.setdefault(int(rest[1].split()[1]), []).append(pid)
+    tree, todo = [], [launcher_pid]
+    while todo:
+        pid = todo.pop(0)
+        tree.append(pid)
+        todo += sorted(children.get(pid, []))
+    fio = [p for p in tree if names.get(p) == "fio"]
+    return fio if len(fio) >= 3 else []
