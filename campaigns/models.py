@@ -122,8 +122,14 @@ class Run(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="last time a task worked on this run")
     resumes = models.PositiveIntegerField(default=0, help_text="times the reconciler resumed this run")
-    # Each poll chain carries a token; a resumed run gets a new one, so a stale chain stops by itself.
+    # Each poll chain carries a token, and each poll hands the next one a new token (a conditional update): a
+    # duplicated poll message, or a chain a resume replaced, stops by itself.
     poll_token = models.CharField(max_length=32, blank=True)
+    # The step lease: the task working on a step (start, poll, collect) holds it and renews it while it works, so a
+    # duplicate of that task backs off, and the reconciler resumes a step only once its lease has expired (a slow
+    # step is never run twice; a lost one is resumed within seconds).
+    lease_owner = models.CharField(max_length=32, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
     # An ended run whose processes are still being killed on its hosts: its campaign starts nothing else, and
     # gives its nodes back, only once the kill is done (no run measures beside another's leftovers).
     kill_pending = models.BooleanField(default=False)
@@ -186,6 +192,8 @@ class Result(models.Model):
     class Meta:
         ordering = ["run", "name", "host"]
         indexes = [models.Index(fields=["run", "name"])]
+        # One number per run, metric, host and labels: a run's results are stored once, whatever collects it.
+        constraints = [models.UniqueConstraint(fields=["run", "name", "host", "labels"], name="result_unique")]
 
     def __str__(self) -> str:
         return f"{self.name}={self.value} {self.unit}"

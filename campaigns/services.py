@@ -593,6 +593,42 @@ def run_new_poll_token(*, run_id: int) -> str:
     return token
 
 
+def run_poll_claim(*, run_id: int, token: str) -> str | None:
+    """Hand a running run's poll chain on: the new token, or None when ``token`` is no longer the chain's (a
+    duplicated poll message, or a chain that a resume replaced), whose poll then stops."""
+    new = uuid.uuid4().hex
+    claimed = Run.objects.filter(pk=run_id, status=RunStatus.RUNNING, poll_token=token).update(
+        poll_token=new, heartbeat_at=timezone.now()
+    )
+    return new if claimed else None
+
+
+def run_lease_take(*, run_id: int, owner: str, status: Iterable[str], seconds: float) -> bool:
+    """Take the run's step lease for ``seconds`` while the run is in one of ``status``; False when another task
+    holds it (that task is working on the step: its duplicate backs off)."""
+    now = timezone.now()
+    free = Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner=owner)
+    return bool(
+        Run.objects.filter(free, pk=run_id, status__in=list(status)).update(
+            lease_owner=owner, lease_until=now + timedelta(seconds=seconds), heartbeat_at=now
+        )
+    )
+
+
+def run_lease_renew(*, run_id: int, owner: str, seconds: float) -> bool:
+    """Extend a held step lease (the step is still being worked on); False when it is no longer ours."""
+    now = timezone.now()
+    return bool(
+        Run.objects.filter(pk=run_id, lease_owner=owner).update(
+            lease_until=now + timedelta(seconds=seconds), heartbeat_at=now
+        )
+    )
+
+
+def run_lease_release(*, run_id: int, owner: str) -> None:
+    Run.objects.filter(pk=run_id, lease_owner=owner).update(lease_owner="", lease_until=None)
+
+
 def run_live_log_watch(*, run_id: int) -> None:
     """Someone watches the run's output: its poll task stores the end of it for a while (runners.execution)."""
     Run.objects.filter(pk=run_id).update(live_log_wanted_at=timezone.now())
@@ -613,9 +649,16 @@ def run_provenance_merge(*, run_id: int, update: Callable[[dict[str, Any]], None
     return provenance
 
 
-def run_store_results(*, run: Run, metrics: list[Metric]) -> int:
-    """Replace the run's results (collecting twice stores them once)."""
+def run_store_results(*, run: Run, metrics: list[Metric], status: str = RunStatus.COLLECTING) -> int:
+    """Replace the run's results while it is in ``status`` (collecting: a run cancelled meanwhile keeps none).
+
+    Under a lock on the run's row, so two collects of one run (a duplicated task) store its results once, one
+    after the other; the unique constraint on results enforces it. Returns how many were stored (0: none, the
+    run was no longer collecting).
+    """
     with transaction.atomic():
+        if not Run.objects.select_for_update().filter(pk=run.pk, status=status).exists():
+            return 0
         run.results.all().delete()
         rows = Result.objects.bulk_create(
             Result(run=run, name=m.name, value=m.value, unit=m.unit, host=m.host, labels=m.labels) for m in metrics
@@ -656,10 +699,17 @@ def results_import(*, campaign: Campaign, kind: str, outputs: list[tuple[str, st
             RunHost(run=run, host=host, address="", command="(imported)", remote_dir="", stdout=text)
             for host, text in outputs
         )
-        run_store_results(run=run, metrics=metrics)
+        run_store_results(run=run, metrics=metrics, status=RunStatus.SUCCEEDED)
     return run
 
 
 def stale_runs(*, older_than: float) -> Any:
-    cutoff = timezone.now() - timedelta(seconds=older_than)
-    return Run.objects.filter(status__in=RUN_ACTIVE).filter(Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at=None))
+    """Active runs no task has worked on for ``older_than`` seconds and whose step lease (if any) has expired: a
+    step still being worked on, however slowly, renews its lease and is never taken for lost."""
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=older_than)
+    return (
+        Run.objects.filter(status__in=RUN_ACTIVE)
+        .filter(Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at=None))
+        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
+    )

@@ -25,7 +25,8 @@ def campaign_advance_task(campaign_id: int) -> str:
 
 @shared_task(soft_time_limit=120, time_limit=150)
 def reconcile_runs() -> dict[str, int]:
-    """Find runs no task has worked on for RACKBENCH_STALE_AFTER seconds and resume or fail them.
+    """Find runs no task has worked on for RACKBENCH_STALE_AFTER seconds, whose step lease has run out, and resume
+    or fail them (a step still at work renews its lease, so a slow step is never run twice).
 
     A run is resumed from the step it was in (its remote state lives in files on the host, so a
     killed worker loses nothing); after RACKBENCH_MAX_RESUMES resumes it fails with the reason.
@@ -45,7 +46,7 @@ def reconcile_runs() -> dict[str, int]:
             continue
         updated = (
             type(run)
-            .objects.filter(pk=run.pk, status=run.status, heartbeat_at=run.heartbeat_at)
+            .objects.filter(pk=run.pk, status=run.status, heartbeat_at=run.heartbeat_at, lease_until=run.lease_until)
             .update(resumes=run.resumes + 1, heartbeat_at=timezone.now())
         )
         if not updated:

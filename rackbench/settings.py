@@ -174,7 +174,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     "reconcile-runs": {
         "task": "campaigns.tasks.reconcile_runs",
-        "schedule": env_float("RACKBENCH_RECONCILE_EVERY", 30.0, minimum=1.0),
+        "schedule": env_float("RACKBENCH_RECONCILE_EVERY", 10.0, minimum=1.0),
     },
 }
 CELERY_TASK_ALWAYS_EAGER = False
@@ -199,7 +199,7 @@ RACKBENCH: dict[str, Any] = {
     "POLL_INTERVAL": env_float("RACKBENCH_POLL_INTERVAL", 2.0, minimum=0.05),
     "RETRY_MAX": env_int("RACKBENCH_RETRY_MAX", 3, minimum=0),
     "RETRY_BACKOFF": env_float("RACKBENCH_RETRY_BACKOFF", 2.0, minimum=0.0),
-    "STALE_AFTER": env_float("RACKBENCH_STALE_AFTER", 120.0, minimum=1.0),
+    "STALE_AFTER": env_float("RACKBENCH_STALE_AFTER", 30.0, minimum=1.0),
     "MAX_RESUMES": env_int("RACKBENCH_MAX_RESUMES", 3, minimum=0),
     "REMOTE_ROOT": env_str("RACKBENCH_REMOTE_ROOT", ".rackbench"),
     "LAB_DIR": Path(env_str("RACKBENCH_LAB_DIR", str(DATA_DIR / "lab"))),

@@ -460,7 +460,7 @@ def _flush(target: remote.Target, command: str, label: str, what: str) -> dict[s
 def run_submit(jobs: list[HostJob]) -> None:
     """Start the services, wait until they accept work, start the telemetry samplers, then every main command.
 
-    If any host refuses, everything already started is stopped again.
+    If any host refuses, everything already started is stopped and reset again.
     """
     primary = jobs[0] if jobs else None
     if primary is not None and primary.login is not None:  # Slurm: no services, one main (run_prepare checked)
@@ -474,9 +474,9 @@ def run_submit(jobs: list[HostJob]) -> None:
         ssh.raise_first(remote.fan_out(services, _wait_ready))
         samplers.start(jobs)
         ssh.raise_first(remote.fan_out(mains, lambda j: remote.job_submit(j.target, j.context.run_dir)))
-    except Exception:
-        remote.fan_out(mains, lambda j: remote.job_kill(j.target, j.context.run_dir))
-        remote.fan_out(services, lambda j: remote.job_kill(j.target, j.service_dir))
+    except Exception:  # undone, so that a retry starts every host again, in one attempt
+        remote.fan_out(mains, lambda j: remote.job_undo(j.target, j.context.run_dir))
+        remote.fan_out(services, lambda j: remote.job_undo(j.target, j.service_dir))
         remote.fan_out([j for j in jobs if j.telemetry_dir], lambda j: remote.job_kill(j.target, j.telemetry_dir))
         raise
 
@@ -666,20 +666,29 @@ def _tails(pairs: list[tuple[str, str]]) -> str:
     return "\n".join(f"==> {host} <==\n{text[-per:]}" for host, text in pairs if text)
 
 
-def run_kill(run: Run) -> None:
-    """Kill every main command's and service's process group on the run's hosts (scancel a Slurm job)."""
+def run_kill(run: Run) -> dict[str, str]:
+    """Kill everything every main command, service and sampler of the run started on its hosts (scancel a Slurm
+    job). Returns the hosts where that is not confirmed, each with why (unreachable, or pids that outlived
+    SIGKILL); empty when every kill is confirmed."""
     login = slurm_login(run)
     if login is not None:
         for host in main_targets(run)[:1]:  # not submitted yet when the run has no main command recorded
             job_id = host.row.slurm_job_id or slurm_jobs.recorded_job_id(login, host.row.remote_dir)
             if job_id:
                 slurm_jobs.cancel(login, job_id, host.row.remote_dir)
-        return
+        return {}
     targets = run_targets(run, started=True)
     jobs = [(h.target, h.row.remote_dir) for h in main_targets(run, targets)]
     jobs += [(h.target, f"{h.row.remote_dir}/{SERVICE_DIR}") for h in targets if h.row.service_command]
     jobs += samplers.kill_jobs(run, targets)
-    ssh.raise_first(remote.fan_out(jobs, lambda job: remote.job_kill(*job)))
+    unconfirmed: dict[str, str] = {}
+    for (target, _), left in zip(jobs, remote.fan_out(jobs, lambda job: remote.job_kill(*job)), strict=True):
+        where = target.endpoint.name or target.endpoint.label
+        if isinstance(left, BaseException):
+            unconfirmed.setdefault(where, str(left))
+        elif left:
+            unconfirmed.setdefault(where, f"processes {' '.join(map(str, left))} still alive after SIGKILL")
+    return unconfirmed
 
 
 def run_keep_output(run: Run) -> None:

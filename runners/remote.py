@@ -7,8 +7,10 @@ A detached job lives in its own directory on the host::
     submitted    marker written before launching: a redelivered submit never starts a second copy
     pid, stdout, stderr, exit_code
 
-The job runs in its own session (setsid), so cancel and timeout kill the whole process group, and a
-dropped SSH connection or a restarted worker loses nothing: the next poll reads the files.
+The job runs in its own session (setsid) with its directory in its environment (``RACKBENCH_JOB``), so cancel
+and timeout kill the whole process group and every process carrying the marker (also those that started a
+session of their own), and a dropped SSH connection or a restarted worker loses nothing: the next poll reads
+the files.
 """
 
 from __future__ import annotations
@@ -168,11 +170,15 @@ def job_prepare(target: Target, job_dir: str, *, extra_dirs: list[str], files: d
     target.put({f"{job_dir}/launch.sh": LAUNCHER}, mode=0o755)
 
 
+JOB_MARKER = "RACKBENCH_JOB"  # in the environment of every process a job starts: its directory
+
+
 def job_submit(target: Target, job_dir: str) -> None:
-    """Start the job detached, at most once per directory."""
+    """Start the job detached, at most once per directory, with its marker in its environment."""
     d = shlex.quote(job_dir)
     line = (
-        f"cd {d} && if [ ! -e submitted ]; then : > submitted; setsid sh ./launch.sh < /dev/null > /dev/null 2>&1 & fi"
+        f"cd {d} && if [ ! -e submitted ]; then : > submitted; "
+        f"{JOB_MARKER}={d} setsid sh ./launch.sh < /dev/null > /dev/null 2>&1 & fi"
     )
     target.check(line, what="starting the job")
 
@@ -213,17 +219,40 @@ def job_state(target: Target, job_dir: str) -> JobState:
     )
 
 
-def job_kill(target: Target, job_dir: str, *, grace: float = 3.0) -> None:
-    """TERM the job's process group, then KILL what is left after ``grace`` seconds."""
+def job_kill(target: Target, job_dir: str, *, grace: float = 3.0) -> list[int]:
+    """TERM everything the job started, then KILL what is left after ``grace`` seconds; returns the pids still
+    alive after that (empty: the kill is confirmed).
+
+    "Everything" is its process group and every process carrying the job's marker in its environment: processes
+    that left the group for a session of their own (fio's job processes do) are found by scanning
+    /proc/*/environ, so they die too even when the job's main process does not exit on TERM (hung storage).
+    """
     d = shlex.quote(job_dir)
+    marker = shlex.quote(f"{JOB_MARKER}={job_dir}")
     steps = int(max(grace, 0.1) / 0.1)
-    # "kill -SIG -PGID", not "kill -SIG -- -PGID": dash's kill builtin rejects "--".
+    # "kill -SIG -PGID", not "kill -SIG -- -PGID": dash's kill builtin rejects "--". A zombie's environ is empty,
+    # so only live processes are listed; the kill command's own shell carries no marker.
     line = (
-        f'cd {d} 2>/dev/null || exit 0; p=$(cat pid 2>/dev/null); [ -n "$p" ] || exit 0; '
-        f'kill -TERM -"$p" 2>/dev/null; i=0; while kill -0 -"$p" 2>/dev/null && [ $i -lt {steps} ]; '
-        f'do sleep 0.1; i=$((i+1)); done; kill -KILL -"$p" 2>/dev/null; true'
+        f"cd {d} 2>/dev/null || exit 0; : > killed 2>/dev/null; p=$(cat pid 2>/dev/null); "
+        f"marked() {{ grep -lzxF -- {marker} /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3; }}; "
+        f'group() {{ [ -n "$p" ] && kill -0 -"$p" 2>/dev/null; }}; '
+        f'[ -n "$p" ] && kill -TERM -"$p" 2>/dev/null; kill -TERM $(marked) 2>/dev/null; '
+        f'i=0; while {{ group || [ -n "$(marked)" ]; }} && [ $i -lt {steps} ]; do sleep 0.1; i=$((i+1)); done; '
+        f'[ -n "$p" ] && kill -KILL -"$p" 2>/dev/null; kill -KILL $(marked) 2>/dev/null; '
+        f'i=0; while [ -n "$(marked)" ] && [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done; '
+        f'echo "left:" $(marked)'
     )
-    target.run(line, timeout=grace + 30)
+    out = target.run(line, timeout=grace + 30).stdout
+    left = out.rsplit("left:", 1)[1].split() if "left:" in out else []
+    return [int(pid) for pid in left if pid.isdigit()]
+
+
+def job_undo(target: Target, job_dir: str) -> None:
+    """Kill a job and forget that it was started, so that it can be started again (a start undone half way)."""
+    job_kill(target, job_dir)
+    target.check(
+        f"cd {shlex.quote(job_dir)} && rm -f submitted pid exit_code stdout stderr killed", what="resetting the job"
+    )
 
 
 def job_output(target: Target, job_dir: str, *, limit: int | None = None) -> tuple[str, str]:

@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from celery import Task, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from campaigns import services
-from campaigns.models import Run, RunStatus
+from campaigns.models import RUN_TERMINAL, Run, RunStatus
 from inventory.models import Node
 from plugins.benchmarks.base import ParamError
 from runners import execution, facts, remote, ssh
@@ -30,7 +36,9 @@ def _is_transient(exc: BaseException) -> bool:
     return isinstance(exc, SoftTimeLimitExceeded) or getattr(exc, "transient", False)
 
 
-def _retry_or_fail(task: Task, run_id: int, exc: BaseException, *, kill: bool = False) -> None:
+def _retry_or_fail(
+    task: Task, run_id: int, exc: BaseException, *, kill: bool = False, args: tuple[Any, ...] | None = None
+) -> None:
     """Retry a transient failure with backoff and jitter; otherwise fail the run with a clear reason."""
     retries = task.request.retries
     cfg = settings.RACKBENCH
@@ -38,7 +46,7 @@ def _retry_or_fail(task: Task, run_id: int, exc: BaseException, *, kill: bool = 
         services.run_heartbeat(run_id=run_id)
         countdown = cfg["RETRY_BACKOFF"] * (2**retries) * (1 + random.random() / 2)
         log.warning("run %s: transient failure, retry %s in %.1f s: %s", run_id, retries + 1, countdown, exc)
-        raise task.retry(countdown=countdown, exc=exc if isinstance(exc, Exception) else None)
+        raise task.retry(args=args, countdown=countdown, exc=exc if isinstance(exc, Exception) else None)
     if isinstance(exc, ssh.SSHError | ParamError):
         message = str(exc)
     else:
@@ -57,20 +65,62 @@ def _schedule_poll(run_id: int, token: str) -> None:
     run_poll_task.apply_async((run_id, token), countdown=settings.RACKBENCH["POLL_INTERVAL"])
 
 
+STEP_LEASE = 15.0  # seconds a step's lease lasts unless renewed
+STEP_LEASE_RENEW = 5.0  # seconds between renewals while the step works
+
+
+@contextmanager
+def _step_lease(run_id: int, status: list[str]) -> Iterator[bool]:
+    """Hold the run's step lease while the block runs (yields False, holding nothing, when another task holds it).
+
+    A thread renews the lease every STEP_LEASE_RENEW seconds, so a step that is merely slow (an image pull, a long
+    flush, a node that answers slowly) keeps it; a worker that dies stops renewing, and the lease runs out within
+    STEP_LEASE seconds, after which the reconciler resumes the step.
+    """
+    owner = uuid.uuid4().hex
+    if not services.run_lease_take(run_id=run_id, owner=owner, status=status, seconds=STEP_LEASE):
+        yield False
+        return
+    stop = threading.Event()
+    renewer = threading.Thread(target=_renew_lease, args=(run_id, owner, stop), daemon=True, name=f"lease-{run_id}")
+    renewer.start()
+    try:
+        yield True
+    finally:
+        stop.set()
+        renewer.join()
+        services.run_lease_release(run_id=run_id, owner=owner)
+
+
+def _renew_lease(run_id: int, owner: str, stop: threading.Event) -> None:
+    try:
+        while not stop.wait(STEP_LEASE_RENEW):
+            if not services.run_lease_renew(run_id=run_id, owner=owner, seconds=STEP_LEASE):
+                return
+    except Exception:  # noqa: BLE001 - a renewal that fails lets the lease run out; the step itself goes on
+        log.warning("run %s: could not renew the step lease", run_id, exc_info=True)
+    finally:
+        connection.close()  # this thread's own database connection
+
+
 @shared_task(bind=True, max_retries=None, soft_time_limit=600, time_limit=660)
 def run_start_task(self: Task, run_id: int) -> None:
     run = _load(run_id)
-    if run is None:
-        return
-    if run.status == RunStatus.QUEUED:
-        if not services.run_transition(
-            run_id=run_id, old=[RunStatus.QUEUED], new=RunStatus.PREPARING, started_at=timezone.now()
-        ):
-            return
-    elif run.status != RunStatus.PREPARING:
+    if run is None or run.status not in (RunStatus.QUEUED, RunStatus.PREPARING):
         return  # already past this step (a redelivered message)
+    with _step_lease(run_id, [RunStatus.QUEUED, RunStatus.PREPARING]) as held:
+        if held:
+            _start(self, run_id)
+
+
+def _start(task: Task, run_id: int) -> None:
+    """The start step, holding its lease: flush, write the files and submit on every host, all in one attempt."""
+    services.run_transition(run_id=run_id, old=[RunStatus.QUEUED], new=RunStatus.PREPARING, started_at=timezone.now())
+    run = _load(run_id)
+    if run is None or run.status != RunStatus.PREPARING:
+        return  # cancelled, or a twin of this task started it already
     try:
-        if self.request.retries == 0 and run.resumes and _already_submitted(run):
+        if _resume_submitted(run):
             _mark_running(run)
             return
         jobs = execution.run_prepare(run)
@@ -78,22 +128,36 @@ def run_start_task(self: Task, run_id: int) -> None:
             return  # cancelled while it was being prepared: nothing is started
         execution.run_submit(jobs)
     except Exception as exc:
-        _retry_or_fail(self, run_id, exc)
+        _retry_or_fail(task, run_id, exc)
         return
     _mark_running(run)
 
 
-def _already_submitted(run: Run) -> bool:
-    """A resumed run may have been started before its worker died: never start it twice."""
-    hosts = execution.run_targets(run, started=True)
-    return any(remote.job_state(h.target, h.row.remote_dir).submitted for h in hosts)
+def _resume_submitted(run: Run) -> bool:
+    """Whether every main command of the run was started already (a worker died after submitting): never start a
+    run twice. A start cut off half way (some hosts started) is undone, so that all hosts start in one attempt."""
+    hosts = execution.main_targets(run, execution.run_targets(run, started=True))
+    if not hosts:
+        return False
+    states = remote.fan_out(hosts, lambda h: remote.job_state(h.target, h.row.remote_dir))
+    ssh.raise_first(states)
+    submitted = [h for h, state in zip(hosts, states, strict=True) if state.submitted]
+    if len(submitted) == len(hosts):
+        return True
+    if submitted:
+        log.warning("run %s: started on %d of %d hosts only; undoing it", run.pk, len(submitted), len(hosts))
+        ssh.raise_first(remote.fan_out(submitted, lambda h: remote.job_undo(h.target, h.row.remote_dir)))
+    return False
 
 
 def _mark_running(run: Run) -> None:
-    if not services.run_transition(run_id=run.pk, old=[RunStatus.PREPARING], new=RunStatus.RUNNING):
-        services.run_kill_request(run_id=run.pk)  # cancelled while it was being started
+    if services.run_transition(run_id=run.pk, old=[RunStatus.PREPARING], new=RunStatus.RUNNING):
+        _schedule_poll(run.pk, services.run_new_poll_token(run_id=run.pk))
         return
-    _schedule_poll(run.pk, services.run_new_poll_token(run_id=run.pk))
+    status = Run.objects.filter(pk=run.pk).values_list("status", flat=True).first()
+    if status in RUN_TERMINAL and status != RunStatus.SUCCEEDED:
+        services.run_kill_request(run_id=run.pk)  # it ended (cancelled) while it was being started
+    # else a twin of this task moved it on already: what it started is the run's, never killed
 
 
 @shared_task(bind=True, max_retries=None, soft_time_limit=120, time_limit=150)
@@ -101,10 +165,20 @@ def run_poll_task(self: Task, run_id: int, token: str) -> None:
     run = _load(run_id)
     if run is None or run.status != RunStatus.RUNNING or run.poll_token != token:
         return  # finished, cancelled, or a newer poll chain took over
+    next_token = services.run_poll_claim(run_id=run_id, token=token)
+    if next_token is None:
+        return  # a duplicate of this poll took the chain on
+    with _step_lease(run_id, [RunStatus.RUNNING]) as held:
+        if held:
+            _poll(self, run, next_token)
+
+
+def _poll(task: Task, run: Run, token: str) -> None:
+    run_id = run.pk
     try:
         outcome = execution.run_poll(run)
     except Exception as exc:
-        _retry_or_fail(self, run_id, exc, kill=True)
+        _retry_or_fail(task, run_id, exc, kill=True, args=(run_id, token))  # the retry carries the chain on
         return
     if outcome.vanished:
         services.run_mark_failed(
@@ -133,10 +207,19 @@ def run_collect_task(self: Task, run_id: int) -> None:
     run = _load(run_id)
     if run is None or run.status != RunStatus.COLLECTING:
         return
+    with _step_lease(run_id, [RunStatus.COLLECTING]) as held:
+        if held:
+            _collect(self, run_id)
+
+
+def _collect(task: Task, run_id: int) -> None:
+    run = _load(run_id)
+    if run is None or run.status != RunStatus.COLLECTING:
+        return  # a twin of this task collected it already
     try:
         status, error = execution.run_collect(run)
     except Exception as exc:
-        _retry_or_fail(self, run_id, exc, kill=True)  # services may still run
+        _retry_or_fail(task, run_id, exc, kill=True)  # services may still run
         return
     if services.run_finish(run_id=run_id, status=status, error=error):
         enqueue_prometheus_pull(run_id)
@@ -150,7 +233,13 @@ def run_kill_task(self: Task, run_id: int) -> None:
     if run is None:
         return
     try:
-        execution.run_kill(run)
+        unconfirmed = execution.run_kill(run)
+        if unconfirmed:
+            raise ssh.TransientSSHError(
+                None,
+                "the kill is not confirmed on "
+                + "; ".join(f"{host}: {why}" for host, why in sorted(unconfirmed.items())),
+            )
         execution.run_keep_output(run)
         enqueue_prometheus_pull(run_id)  # a failed or cancelled run's window is evidence too
     except Exception as exc:
