@@ -23,7 +23,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.models import Team
-from accounts.selectors import Scope, scope_for
+from accounts.selectors import Scope, may_share, scope_for
 from api import filters, serializers
 from api.errors import error
 from api.models import IdempotentRequest
@@ -248,15 +248,22 @@ class CampaignViewSet(ScopedMixin, IdempotentMixin, viewsets.ModelViewSet):
             raise SpecError("name", f"a campaign named {spec.get('name')!r} already exists; PUT updates a draft")
         return self.answer(services.campaign_apply(data=spec, owner=request.user, team=team), 201)
 
+    def check_shared(self, campaign: Campaign) -> None:
+        """A shared campaign (no team) is replaced or deleted by staff only, like shared inventory."""
+        if campaign.team_id is None and not may_share(user=self.request.user):
+            raise PermissionDenied("a shared campaign is changed and deleted by staff only; clone it into your team")
+
     @extend_schema(request=serializers.CampaignDefinitionSerializer, responses=serializers.CampaignSerializer)
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         campaign = self.get_object()
+        self.check_shared(campaign)
         spec, _ = definition_from(request)
         if spec.get("name") != campaign.name:
             raise SpecError("name", f"must stay {campaign.name!r}; clone the campaign to rename it")
         return self.answer(services.campaign_apply(data=spec, owner=campaign.owner, team=campaign.team))
 
     def perform_destroy(self, instance: Campaign) -> None:
+        self.check_shared(instance)
         if instance.status == CampaignStatus.RUNNING:
             raise services.CampaignError(f"campaign {instance.name} is running: cancel it first", conflict=True)
         instance.delete()
