@@ -4,11 +4,23 @@ from collections.abc import Collection
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 
 from accounts.models import Team
+from common.errors import FieldError
+from common.names import name_check
 from inventory.commands import validate_flush_command, validate_stats_command
+
+
+def validate_name(value: str) -> None:
+    """Names of nodes and storage systems become parts of paths (a run's directory on each node): one rule for them
+    and campaign names (``common.names``)."""
+    try:
+        name_check("name", value)
+    except FieldError as exc:
+        raise ValidationError(exc.message) from None
 
 
 class Site(models.Model):
@@ -75,7 +87,7 @@ class Node(models.Model):
     team = models.ForeignKey(
         Team, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes", help_text="empty: shared"
     )
-    name = models.CharField(max_length=100, unique=True)
+    name = models.CharField(max_length=100, unique=True, validators=[validate_name])
     address = models.CharField(max_length=255, help_text="host name or IP address used for SSH")
     ssh_port = models.PositiveIntegerField(default=22)
     ssh_user = models.CharField(max_length=64, blank=True, help_text="defaults to the credential's user name")
@@ -152,7 +164,7 @@ class StorageSystem(models.Model):
     team = models.ForeignKey(
         Team, null=True, blank=True, on_delete=models.PROTECT, related_name="storage_systems", help_text="empty: shared"
     )
-    name = models.CharField(max_length=100, unique=True)
+    name = models.CharField(max_length=100, unique=True, validators=[validate_name])
     kind = models.CharField(max_length=30, choices=StorageKind.choices, default=StorageKind.NFS)
     data_addresses = models.JSONField(default=list, blank=True)
     export_path = models.CharField(max_length=500, blank=True)

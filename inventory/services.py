@@ -10,7 +10,8 @@ import paramiko
 from django.db import transaction
 from django.utils import timezone
 
-from common.errors import ApplicationError
+from common.errors import ApplicationError, FieldError
+from common.names import name_check
 from inventory.commands import PROGRAMS
 from inventory.crypto import encrypt
 from inventory.models import Credential, HostKey, Interface, Node, Site, StorageCommandChange, StorageSystem, Tag
@@ -64,12 +65,20 @@ def credential_set_key(*, credential: Credential, private_key: str) -> Credentia
     return credential
 
 
+def _name_check(name: str) -> None:
+    try:
+        name_check("name", name)
+    except FieldError as exc:
+        raise InventoryError(f"name {name!r}: {exc.message}", field="name") from None
+
+
 def tags_from_names(names: list[str]) -> list[Tag]:
     return [Tag.objects.get_or_create(name=n.strip())[0] for n in names if n.strip()]
 
 
 def node_upsert(*, name: str, tags: list[str] | None = None, **fields: Any) -> Node:
     """Create the node or update the given fields of an existing one with that name."""
+    _name_check(name)
     node, _ = Node.objects.update_or_create(name=name, defaults=fields)
     if tags is not None:
         node.tags.set(tags_from_names(tags))
@@ -77,6 +86,7 @@ def node_upsert(*, name: str, tags: list[str] | None = None, **fields: Any) -> N
 
 
 def storage_upsert(*, name: str, **fields: Any) -> StorageSystem:
+    _name_check(name)
     storage, _ = StorageSystem.objects.update_or_create(name=name, defaults=fields)
     return storage
 
