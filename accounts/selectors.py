@@ -67,3 +67,10 @@ def visible(queryset: QuerySet[M], *, request: Any, field: str = "team") -> Quer
 
 def user_teams(*, user: Any) -> QuerySet[Team]:
     return Team.objects.filter(memberships__user=user).order_by("name")
+
+
+def may_share(*, user: Any) -> bool:
+    """Whether ``user`` may create, replace or delete campaigns that belong to no team (shared with every signed-in
+    user): staff and superusers, who manage what is shared in the admin anyway. Shared inventory has its own, finer
+    rule (``inventory.selectors.inventory_can_change``)."""
+    return bool(getattr(user, "is_authenticated", False) and user.is_active and (user.is_staff or user.is_superuser))

@@ -9,7 +9,9 @@ from rest_framework import serializers
 
 from accounts.selectors import Scope
 from campaigns.models import Baseline, Campaign, Result, Run, RunHost, Verdict
+from inventory.commands import CommandError, command_normalise
 from inventory.models import Credential, Interface, Node, Site, StorageSystem
+from inventory.selectors import credential_usable
 from inventory.services import tags_from_names
 from telemetry.models import Series
 
@@ -27,6 +29,15 @@ class VisibleSlugField(serializers.SlugRelatedField):
         return scope_of(self.parent).filter(super().get_queryset())  # type: ignore[arg-type]
 
 
+class UsableCredentialField(serializers.SlugRelatedField):
+    """A credential by name, among those the object's team may use: its own and those staff shared on purpose
+    (inventory.selectors.credential_usable); any other is 'not found'."""
+
+    def get_queryset(self) -> Any:
+        scope = scope_of(self.parent)  # type: ignore[arg-type]
+        return credential_usable(user=scope.user, team_ids=scope.team_ids)
+
+
 @extend_schema_field({"type": "array", "items": {"type": "string"}})
 class TagListField(serializers.ListField):
     """Tag names; reading a node gives its tags' names (prefetched), writing creates missing tags."""
@@ -39,7 +50,9 @@ class TagListField(serializers.ListField):
 
 class NodeSerializer(serializers.ModelSerializer):
     site: Slug[Any] = Slug(slug_field="name", queryset=Site.objects.all(), required=False, allow_null=True)
-    credential = VisibleSlugField(slug_field="name", queryset=Credential.objects.all(), required=False, allow_null=True)
+    credential = UsableCredentialField(
+        slug_field="name", queryset=Credential.objects.all(), required=False, allow_null=True
+    )
     team: Slug[Any] = Slug(slug_field="name", read_only=True)
     tags = TagListField(required=False, help_text="tag names; missing tags are created")
 
@@ -79,13 +92,13 @@ class CredentialSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Credential
-        fields = ["id", "name", "team", "username", "public_key", "fingerprint", "created_at"]
+        fields = ["id", "name", "team", "shared", "username", "public_key", "fingerprint", "created_at"]
 
 
 class StorageSystemSerializer(serializers.ModelSerializer):
     site: Slug[Any] = Slug(slug_field="name", queryset=Site.objects.all(), required=False, allow_null=True)
     team: Slug[Any] = Slug(slug_field="name", read_only=True)
-    admin_credential = VisibleSlugField(
+    admin_credential = UsableCredentialField(
         slug_field="name", queryset=Credential.objects.all(), required=False, allow_null=True
     )
 
@@ -93,14 +106,28 @@ class StorageSystemSerializer(serializers.ModelSerializer):
         model = StorageSystem
         fields = [
             "id", "name", "team", "site", "kind", "data_addresses", "export_path", "mount_options", "flush_command",
-            "admin_address", "admin_port", "admin_user", "admin_credential", "rated_read_mbps", "rated_write_mbps",
-            "node_count",
+            "stats_command", "stats_interval_s", "admin_address", "admin_port", "admin_user", "admin_credential",
+            "rated_read_mbps", "rated_write_mbps", "node_count",
         ]  # fmt: skip
 
     def validate_data_addresses(self, value: Any) -> list[str]:
         if not isinstance(value, list) or not all(isinstance(a, str) and a.strip() for a in value):
             raise serializers.ValidationError("must be a list of addresses")
         return value
+
+    def validate_flush_command(self, value: str) -> str:
+        return self._command("flush_command", value)
+
+    def validate_stats_command(self, value: str) -> str:
+        return self._command("stats_command", value)
+
+    def _command(self, field: str, value: str) -> str:
+        """The normalised command; only those ``storage_can_set_commands`` names may change it (checked against
+        the storage's team in the view, where a new one's team is known)."""
+        try:
+            return command_normalise(field, value)
+        except CommandError as exc:
+            raise serializers.ValidationError(exc.message) from None
 
     def create(self, validated_data: dict[str, Any]) -> StorageSystem:
         return StorageSystem.objects.create(**validated_data)  # the view gives the team

@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
@@ -23,7 +23,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.models import Team
-from accounts.selectors import Scope, scope_for
+from accounts.selectors import Scope, may_share, scope_for
 from api import filters, serializers
 from api.errors import error
 from api.models import IdempotentRequest
@@ -34,6 +34,7 @@ from campaigns.presets import preset_get, preset_list
 from campaigns.spec import SpecError, load_yaml
 from inventory import selectors as inventory_selectors
 from inventory.models import Credential, Interface, Node, StorageSystem
+from inventory.services import storage_commands, storage_commands_audit
 from telemetry import selectors as telemetry_selectors
 from telemetry.models import Series
 
@@ -61,8 +62,37 @@ class InventoryGuard(ScopedMixin):
     def perform_create(self, serializer: Any) -> None:
         """A new node or storage system goes in the caller's team (``team`` names one when it has several)."""
         team = team_for_new(self.scope, self.request.data.get("team"))  # type: ignore[attr-defined]
-        inventory_check_create(user=self.request.user, obj=serializer.Meta.model(team=team))  # type: ignore[attr-defined]
-        serializer.save(team=team)
+        obj = serializer.Meta.model(team=team)
+        inventory_check_create(user=self.request.user, obj=obj)  # type: ignore[attr-defined]
+        self.check_sensitive(serializer, obj)
+        self.audited(serializer, lambda: serializer.save(team=team), {})
+
+    def perform_update(self, serializer: Any) -> None:
+        self.check_sensitive(serializer, serializer.instance)
+        before = storage_commands(serializer.instance) if isinstance(serializer.instance, StorageSystem) else {}
+        self.audited(serializer, serializer.save, before)
+
+    def check_sensitive(self, serializer: Any, obj: Node | StorageSystem) -> None:
+        """A credential of another team is refused; a storage system's commands are set only by whom
+        ``storage_can_set_commands`` names."""
+        data = serializer.validated_data
+        credential = data.get("credential") or data.get("admin_credential")
+        if credential is not None and credential.team_id not in (None, obj.team_id):
+            field = "credential" if "credential" in data else "admin_credential"
+            raise ValidationError({field: [f"credential {credential.name} belongs to another team"]})
+        if isinstance(obj, StorageSystem):
+            changed = [f for f in ("flush_command", "stats_command") if f in data and data[f] != getattr(obj, f)]
+            if changed and not inventory_selectors.storage_can_set_commands(user=self.request.user, storage=obj):  # type: ignore[attr-defined]
+                raise PermissionDenied(
+                    f"{', '.join(changed)}: only staff or an admin of the storage system's team set the commands "
+                    "it runs"
+                )
+
+    def audited(self, serializer: Any, save: Any, before: dict[str, str]) -> None:
+        with transaction.atomic():
+            save()
+            if isinstance(serializer.instance, StorageSystem):
+                storage_commands_audit(storage=serializer.instance, before=before, user=self.request.user)  # type: ignore[attr-defined]
 
 
 def team_for_new(scope: Scope, name: str | None) -> Team | None:
@@ -218,15 +248,22 @@ class CampaignViewSet(ScopedMixin, IdempotentMixin, viewsets.ModelViewSet):
             raise SpecError("name", f"a campaign named {spec.get('name')!r} already exists; PUT updates a draft")
         return self.answer(services.campaign_apply(data=spec, owner=request.user, team=team), 201)
 
+    def check_shared(self, campaign: Campaign) -> None:
+        """A shared campaign (no team) is replaced or deleted by staff only, like shared inventory."""
+        if campaign.team_id is None and not may_share(user=self.request.user):
+            raise PermissionDenied("a shared campaign is changed and deleted by staff only; clone it into your team")
+
     @extend_schema(request=serializers.CampaignDefinitionSerializer, responses=serializers.CampaignSerializer)
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         campaign = self.get_object()
+        self.check_shared(campaign)
         spec, _ = definition_from(request)
         if spec.get("name") != campaign.name:
             raise SpecError("name", f"must stay {campaign.name!r}; clone the campaign to rename it")
         return self.answer(services.campaign_apply(data=spec, owner=campaign.owner, team=campaign.team))
 
     def perform_destroy(self, instance: Campaign) -> None:
+        self.check_shared(instance)
         if instance.status == CampaignStatus.RUNNING:
             raise services.CampaignError(f"campaign {instance.name} is running: cancel it first", conflict=True)
         instance.delete()

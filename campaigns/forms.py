@@ -125,17 +125,23 @@ class CampaignForm(forms.Form):
     name = forms.CharField(max_length=100, help_text="Unique; letters, digits, '.', '_' or '-'.")
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
     nodes = forms.ModelMultipleChoiceField(
-        queryset=Node.objects.filter(status=NodeStatus.ACTIVE).order_by("name"),
+        queryset=Node.objects.none(),  # the viewer's (__init__): another team's are neither listed nor accepted
         to_field_name="name",
         widget=forms.CheckboxSelectMultiple,
         help_text="Every run uses all the selected nodes at once.",
     )
     storage = forms.ModelChoiceField(
-        queryset=StorageSystem.objects.order_by("name"),
+        queryset=StorageSystem.objects.none(),  # the viewer's (__init__)
         to_field_name="name",
         required=False,
         empty_label="(none)",
         help_text="Optional: its export path holds the test data; needed to flush the storage cache.",
+    )
+    team = forms.ModelChoiceField(
+        queryset=Team.objects.none(),
+        required=False,
+        empty_label=None,
+        help_text="You belong to several teams: the campaign is created in this one.",
     )
     repetitions = forms.IntegerField(min_value=1, initial=1)
     warmup_runs = forms.IntegerField(
@@ -155,6 +161,27 @@ class CampaignForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 4, "placeholder": "rw=read,randread\nnumjobs=1,4,16"}),
         help_text="One key=v1,v2,v3 per line; every combination is run (full cross product).",
     )
+
+    def __init__(
+        self,
+        *args: Any,
+        teams: QuerySet[Team],
+        nodes: QuerySet[Node],
+        storage: QuerySet[StorageSystem],
+        **kwargs: Any,
+    ) -> None:
+        """Every choice comes from the viewer's scope: ``nodes`` and ``storage`` as ``accounts.selectors.visible``
+        gives them, ``teams`` the viewer's own."""
+        super().__init__(*args, **kwargs)
+        self.fields["nodes"].queryset = nodes.filter(status=NodeStatus.ACTIVE).order_by("name")  # type: ignore[attr-defined]
+        self.fields["storage"].queryset = storage.order_by("name")  # type: ignore[attr-defined]
+        self.fields["team"].queryset = teams  # type: ignore[attr-defined]
+        self.many_teams = len(teams) > 1
+        self.only_team = teams[0] if len(teams) == 1 else None  # taken when the form asks nothing
+        if self.many_teams:
+            self.fields["team"].required = True
+        else:
+            del self.fields["team"]
 
     def clean_name(self) -> str:
         name = self.cleaned_data["name"].strip()
@@ -188,8 +215,10 @@ class CampaignForm(forms.Form):
             spec["storage"] = data["storage"].name
         return spec
 
-    def save(self, *, owner: Any, team: Any = None) -> Campaign | None:
-        """Create the campaign; None (and the error shown on the form) when the definition is invalid."""
+    def save(self, *, owner: Any) -> Campaign | None:
+        """Create the campaign in the chosen team (the owner's only one); None (and the error shown on the form)
+        when the definition is invalid."""
+        team = self.cleaned_data.get("team") or self.only_team
         try:
             return services.campaign_apply(data=self.to_spec(), owner=owner, team=team)
         except SpecError as exc:

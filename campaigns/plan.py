@@ -12,6 +12,8 @@ from typing import Any
 
 from campaigns.models import Run
 from campaigns.planning import benchmark_params, run_env
+from common.errors import FieldError
+from common.names import path_under
 from plugins.benchmarks.base import Benchmark, HostCommand, HostContext, HostInfo, ParamError
 from plugins.containers import ContainerRuntime, ContainerSpec, get_runtime, spec_from_dict
 from plugins.launchers import slurm
@@ -50,7 +52,16 @@ def data_dir_for(run: Run, node_name: str, root: str, mounts: tuple[str, ...] = 
         base = storage.export_path.rstrip("/")
     else:
         base = f"{root}/data"
-    return f"{base}/{node_name}"
+    return _under(base, node_name)
+
+
+def _under(root: str, *parts: str) -> str:
+    """A remote path under ``root`` (common.names.path_under); a name that would leave it (a node renamed through
+    the database, ``../x``) fails the run for good instead of writing elsewhere on the node."""
+    try:
+        return path_under(root, *parts)
+    except FieldError as exc:
+        raise ParamError(exc.field or "name", f"unsafe remote path: {exc.message}") from None
 
 
 def host_infos(nodes: list[Any]) -> tuple[HostInfo, ...]:
@@ -65,7 +76,7 @@ def host_context(
     return HostContext(
         node=node_name,
         index=index,
-        run_dir=f"{root}/{node_name}/{dir_name or run_dir_name(run)}",
+        run_dir=_under(root, node_name, dir_name or run_dir_name(run)),
         data_dir=data_dir_for(run, node_name, root, mounts),
         hosts=hosts,
         storage_addresses=tuple(storage.data_addresses) if storage else (),

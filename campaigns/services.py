@@ -21,6 +21,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from accounts.models import Team
+from accounts.selectors import may_share
 from campaigns import dispatch, planning
 from campaigns import spec as spec_module
 from campaigns.models import (
@@ -75,7 +76,7 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None, team: Team | None
     if count > limit:
         raise SpecError("matrix", f"expands to {count:,} runs, more than the limit of {limit:,} (RACKBENCH_MAX_RUNS)")
     nodes = _resolve_nodes(spec["nodes"], team)
-    tags = _resolve_tags(spec["node_tags"])
+    tags = _resolve_tags(spec["node_tags"], team)
     storage = _resolve_storage(spec["storage"], team)
     _check_node_axis(spec, available=len(select_nodes(nodes, tags, team)))
     if spec["mounts"]:
@@ -97,6 +98,10 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None, team: Team | None
                 f"campaign {campaign.name} is {campaign.status}; a launched campaign cannot be changed "
                 f"(clone it: manage.py campaign clone {campaign.name} NEW_NAME)",
                 conflict=True,
+            )
+        if campaign is None and team is None and owner is not None and not may_share(user=owner):
+            raise CampaignError(
+                "choose one of your teams: only staff create campaigns shared with every team", field="team"
             )
         campaign = campaign or Campaign(name=spec["name"], owner=owner, team=team)
         campaign.description = spec["description"]
@@ -157,8 +162,10 @@ def _resolve_nodes(names: list[str], team: Team | None) -> list[Node]:
     return [found[n] for n in names]
 
 
-def _resolve_tags(names: list[str]) -> list[Tag]:
-    found = {t.name: t for t in Tag.objects.filter(name__in=names)}
+def _resolve_tags(names: list[str], team: Team | None) -> list[Tag]:
+    """Tags carried by nodes the campaign may use: another team's tags are as unknown as missing ones."""
+    usable = in_team(Node.objects.all(), team)
+    found = {t.name: t for t in Tag.objects.filter(name__in=names, nodes__in=usable).distinct()}
     for i, name in enumerate(names):
         if name not in found:
             raise SpecError(f"node_tags[{i}]", f"no node carries the tag {name!r}")

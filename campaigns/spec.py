@@ -39,9 +39,9 @@ from typing import Any
 import yaml
 
 from common.errors import FieldError
+from common.names import NAME_RE  # one rule for every name that becomes a path
 from plugins.benchmarks.base import ParamError, get_benchmark
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 TOP_LEVEL = {
     "name", "description", "kind", "nodes", "node_tags", "storage", "repetitions", "warmup_runs", "cache",
     "timeout", "fixed", "matrix", "env", "zip", "exclude", "overrides", "derived", "mounts", "container",

@@ -20,7 +20,7 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_POST
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from accounts.selectors import Scope, user_teams, visible
+from accounts.selectors import user_teams, visible
 from campaigns import selectors, services
 from campaigns.forms import BuilderForm, CampaignForm
 from campaigns.metrics import RackbenchCollector
@@ -36,7 +36,7 @@ from campaigns.models import (
 )
 from campaigns.presets import preset_list
 from campaigns.spec import SpecError, to_yaml
-from inventory.models import Node, NodeStatus
+from inventory.models import Node, NodeStatus, StorageSystem
 from plugins.benchmarks.base import ParamError
 
 TAIL_CHARS = 8_000  # of each host's stdout/stderr shown on the run page; the full log is a download
@@ -242,12 +242,14 @@ def _preview(form: BuilderForm) -> dict[str, Any]:
 @login_required
 def campaign_new_fio(request: HttpRequest) -> HttpResponse:
     """The quick fio form: a few inputs instead of YAML."""
-    form = CampaignForm(request.POST or None)
-    form.fields["nodes"].queryset = visible(  # type: ignore[attr-defined]
-        Node.objects.filter(status=NodeStatus.ACTIVE).order_by("name"), request=request
+    form = CampaignForm(
+        request.POST or None,
+        teams=user_teams(user=request.user),
+        nodes=visible(Node.objects.all(), request=request),
+        storage=visible(StorageSystem.objects.all(), request=request),
     )
     if request.method == "POST" and form.is_valid():
-        campaign = form.save(owner=request.user, team=Scope(user=request.user).team)
+        campaign = form.save(owner=request.user)
         if campaign is not None:
             messages.success(request, f"Campaign {campaign.name} created.")
             if "launch" in request.POST:

@@ -20,7 +20,7 @@ from django.utils.html import format_html
 
 from inventory import importers, services
 from inventory.forms import CredentialForm, NodeImportForm
-from inventory.models import Credential, HostKey, Interface, Node, Site, StorageSystem, Tag
+from inventory.models import Credential, HostKey, Interface, Node, Site, StorageCommandChange, StorageSystem, Tag
 
 
 @admin.register(Site)
@@ -40,22 +40,26 @@ class CredentialAdmin(admin.ModelAdmin):
     """The private key is write-only; the encrypted field is never part of any form or page."""
 
     form = CredentialForm
-    list_display = ["name", "username", "fingerprint", "created_at"]
+    list_display = ["name", "username", "team", "shared", "fingerprint", "created_at"]
     search_fields = ["name", "username", "fingerprint"]
     readonly_fields = ["public_key", "fingerprint", "created_at"]
 
     def get_fields(self, request: HttpRequest, obj: Credential | None = None) -> list[Any]:
-        fields: list[Any] = ["name", "username", "private_key"]
+        fields: list[Any] = ["name", "username", "team", "shared", "private_key"]
         return fields + self.readonly_fields if obj else fields
 
     def save_model(self, request: HttpRequest, obj: Credential, form: ModelForm, change: bool) -> None:
         key = form.cleaned_data["private_key"]
         if change:
-            services.credential_update(credential=obj, name=obj.name, username=obj.username)
+            services.credential_update(
+                credential=obj, name=obj.name, username=obj.username, team=obj.team, shared=obj.shared
+            )
             if key.strip():
                 services.credential_set_key(credential=obj, private_key=key)
             return
-        created = services.credential_create(name=obj.name, username=obj.username, private_key=key)
+        created = services.credential_create(
+            name=obj.name, username=obj.username, private_key=key, team=obj.team, shared=obj.shared
+        )
         # The admin goes on with ``obj`` (log entry, redirect): make it the row the service created.
         obj.pk = created.pk
         obj.refresh_from_db()
@@ -134,6 +138,30 @@ class StorageSystemAdmin(admin.ModelAdmin):
     list_filter = ["kind", "site"]
     list_select_related = ["site"]
     search_fields = ["name", "export_path", "admin_address"]
+
+    def save_model(self, request: HttpRequest, obj: StorageSystem, form: ModelForm, change: bool) -> None:
+        before = services.storage_commands(StorageSystem.objects.get(pk=obj.pk)) if change else {}
+        super().save_model(request, obj, form, change)
+        services.storage_commands_audit(storage=obj, before=before, user=request.user, note="admin")
+
+
+@admin.register(StorageCommandChange)
+class StorageCommandChangeAdmin(admin.ModelAdmin):
+    """Who changed which command of which storage system, when: a record, never edited."""
+
+    list_display = ["changed_at", "storage", "field", "old", "new", "changed_by", "note"]
+    list_filter = ["field"]
+    list_select_related = ["storage", "changed_by"]
+    search_fields = ["storage__name", "old", "new"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: StorageCommandChange | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: StorageCommandChange | None = None) -> bool:
+        return False
 
 
 @admin.register(HostKey)

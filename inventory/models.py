@@ -3,10 +3,24 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 
 from accounts.models import Team
+from common.errors import FieldError
+from common.names import name_check
+from inventory.commands import validate_flush_command, validate_stats_command
+
+
+def validate_name(value: str) -> None:
+    """Names of nodes and storage systems become parts of paths (a run's directory on each node): one rule for them
+    and campaign names (``common.names``)."""
+    try:
+        name_check("name", value)
+    except FieldError as exc:
+        raise ValidationError(exc.message) from None
 
 
 class Site(models.Model):
@@ -41,6 +55,11 @@ class Credential(models.Model):
     private_key_encrypted = models.TextField(editable=False)
     public_key = models.TextField(editable=False)
     fingerprint = models.CharField(max_length=100, editable=False)
+    shared = models.BooleanField(
+        default=False,
+        help_text="without a team only: every team may use it for its own nodes and storage (set by staff, on "
+        "purpose); an unshared credential without a team is for shared inventory only",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -68,7 +87,7 @@ class Node(models.Model):
     team = models.ForeignKey(
         Team, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes", help_text="empty: shared"
     )
-    name = models.CharField(max_length=100, unique=True)
+    name = models.CharField(max_length=100, unique=True, validators=[validate_name])
     address = models.CharField(max_length=255, help_text="host name or IP address used for SSH")
     ssh_port = models.PositiveIntegerField(default=22)
     ssh_user = models.CharField(max_length=64, blank=True, help_text="defaults to the credential's user name")
@@ -156,13 +175,17 @@ class StorageSystem(models.Model):
     team = models.ForeignKey(
         Team, null=True, blank=True, on_delete=models.PROTECT, related_name="storage_systems", help_text="empty: shared"
     )
-    name = models.CharField(max_length=100, unique=True)
+    name = models.CharField(max_length=100, unique=True, validators=[validate_name])
     kind = models.CharField(max_length=30, choices=StorageKind.choices, default=StorageKind.NFS)
     data_addresses = models.JSONField(default=list, blank=True)
     export_path = models.CharField(max_length=500, blank=True)
     mount_options = models.CharField(max_length=500, blank=True)
     flush_command = models.CharField(
-        max_length=500, blank=True, help_text="run over SSH on the admin endpoint, e.g. isi_for_array isi_flush -123k"
+        max_length=500,
+        blank=True,
+        validators=[validate_flush_command],
+        help_text="run over SSH on the admin endpoint: sync, sysctl -w vm.drop_caches=3, isi_for_array isi_flush "
+        "-123k or lctl set_param ldlm.namespaces.*.lru_size=clear (set by staff or the team's admins)",
     )
     admin_address = models.CharField(max_length=255, blank=True)
     admin_port = models.PositiveIntegerField(default=22)
@@ -173,6 +196,7 @@ class StorageSystem(models.Model):
     stats_command = models.CharField(
         max_length=500,
         blank=True,
+        validators=[validate_stats_command],
         help_text="run over SSH on the admin endpoint during runs that sample telemetry, every stats interval; "
         "its output becomes series (read: isi statistics system --nodes all --format top)",
     )
@@ -188,6 +212,26 @@ class StorageSystem(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class StorageCommandChange(models.Model):
+    """A change of a storage system's flush or statistics command: who, when, from what to what."""
+
+    storage = models.ForeignKey(StorageSystem, on_delete=models.CASCADE, related_name="command_changes")
+    field = models.CharField(max_length=30)
+    old = models.CharField(max_length=500, blank=True)
+    new = models.CharField(max_length=500, blank=True)
+    changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    changed_at = models.DateTimeField(auto_now_add=True)
+    note = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-changed_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.storage} {self.field}: {self.old!r} -> {self.new!r}"
 
 
 class HostKey(models.Model):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from accounts.models import Membership
-from inventory.models import Node, StorageSystem
+from inventory.models import Credential, Node, StorageSystem
 
 
 def node_list() -> QuerySet[Node]:
@@ -36,3 +36,33 @@ def inventory_can_change(*, user: Any, obj: Node | StorageSystem) -> bool:
     if user.is_superuser or (user.is_staff and user.has_perm(f"inventory.change_{obj._meta.model_name}")):
         return True
     return obj.team_id is not None and Membership.objects.filter(team_id=obj.team_id, user=user).exists()
+
+
+def storage_can_set_commands(*, user: Any, storage: StorageSystem) -> bool:
+    """Whether ``user`` may set the flush and statistics commands of ``storage`` (possibly unsaved): they run on
+    infrastructure every user of the storage shares, so a member who may otherwise change a team's storage may not.
+
+    Superusers and staff holding ``inventory.change_storagesystem`` may; for a team's storage system, so may the
+    team's admins (``Membership.Role.ADMIN``).
+    """
+    if not getattr(user, "is_authenticated", False) or not user.is_active:
+        return False
+    if user.is_superuser or (user.is_staff and user.has_perm("inventory.change_storagesystem")):
+        return True
+    return (
+        storage.team_id is not None
+        and Membership.objects.filter(team_id=storage.team_id, user=user, role=Membership.Role.ADMIN).exists()
+    )
+
+
+def credential_usable(*, user: Any, team_ids: list[int] | None) -> QuerySet[Credential]:
+    """The credentials a node or storage system of one of ``team_ids`` (None: any team) may use: the team's own and
+    those staff shared on purpose (``shared``). Staff and superusers may also use unshared credentials without a
+    team, for shared inventory."""
+    rows = Credential.objects.all()
+    if getattr(user, "is_superuser", False) or team_ids is None:
+        return rows
+    usable = Q(team_id__in=team_ids) | Q(team=None, shared=True)
+    if getattr(user, "is_staff", False):
+        usable |= Q(team=None)
+    return rows.filter(usable)

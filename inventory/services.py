@@ -10,12 +10,14 @@ import paramiko
 from django.db import transaction
 from django.utils import timezone
 
-from common.errors import ApplicationError
+from common.errors import ApplicationError, FieldError
+from common.names import name_check
 from common.sshkeys import UnreadableKey, load_private_key
 from common.sshkeys import fingerprint as ssh_fingerprint
 from inventory import dispatch
+from inventory.commands import PROGRAMS
 from inventory.crypto import encrypt
-from inventory.models import Credential, HostKey, Interface, Node, Site, StorageSystem, Tag
+from inventory.models import Credential, HostKey, Interface, Node, Site, StorageCommandChange, StorageSystem, Tag
 
 
 class InventoryError(ApplicationError, ValueError):
@@ -40,11 +42,15 @@ def key_fingerprint(key: paramiko.PKey) -> str:
     return ssh_fingerprint(key.get_name(), key.get_base64())
 
 
-def credential_create(*, name: str, username: str, private_key: str) -> Credential:
+def credential_create(
+    *, name: str, username: str, private_key: str, team: Any = None, shared: bool = False
+) -> Credential:
     key = _load_private_key(private_key)
     return Credential.objects.create(
         name=name,
         username=username,
+        team=team,
+        shared=shared and team is None,
         private_key_encrypted=encrypt(private_key.strip() + "\n"),
         public_key=f"{key.get_name()} {key.get_base64()} {name}",
         fingerprint=key_fingerprint(key),
@@ -60,12 +66,20 @@ def credential_set_key(*, credential: Credential, private_key: str) -> Credentia
     return credential
 
 
+def _name_check(name: str) -> None:
+    try:
+        name_check("name", name)
+    except FieldError as exc:
+        raise InventoryError(f"name {name!r}: {exc.message}", field="name") from None
+
+
 def tags_from_names(names: list[str]) -> list[Tag]:
     return [Tag.objects.get_or_create(name=n.strip())[0] for n in names if n.strip()]
 
 
 def node_upsert(*, name: str, tags: list[str] | None = None, **fields: Any) -> Node:
     """Create the node or update the given fields of an existing one with that name."""
+    _name_check(name)
     node, _ = Node.objects.update_or_create(name=name, defaults=fields)
     if tags is not None:
         node.tags.set(tags_from_names(tags))
@@ -73,8 +87,32 @@ def node_upsert(*, name: str, tags: list[str] | None = None, **fields: Any) -> N
 
 
 def storage_upsert(*, name: str, **fields: Any) -> StorageSystem:
+    _name_check(name)
     storage, _ = StorageSystem.objects.update_or_create(name=name, defaults=fields)
     return storage
+
+
+def storage_commands_audit(*, storage: StorageSystem, before: dict[str, str], user: Any, note: str = "") -> int:
+    """Record each command of ``storage`` that differs from ``before`` (field -> command; a new storage system:
+    empty), by ``user``. Every path that changes them (API, admin) calls this after saving. Returns the changes."""
+    changes = [
+        StorageCommandChange(
+            storage=storage,
+            field=field,
+            old=before.get(field, ""),
+            new=getattr(storage, field),
+            changed_by=user if getattr(user, "pk", None) else None,
+            note=note,
+        )  # fmt: skip
+        for field in PROGRAMS
+        if getattr(storage, field) != before.get(field, "")
+    ]
+    StorageCommandChange.objects.bulk_create(changes)
+    return len(changes)
+
+
+def storage_commands(storage: StorageSystem) -> dict[str, str]:
+    return {field: getattr(storage, field) for field in PROGRAMS}
 
 
 def hostkey_pin(*, address: str, port: int, key_type: str, key_base64: str) -> HostKey:
@@ -119,11 +157,16 @@ def credential_key_check(*, private_key: str) -> None:
     _load_private_key(private_key)
 
 
-def credential_update(*, credential: Credential, name: str, username: str) -> Credential:
-    """Rename a credential or change its user; the key is changed only by ``credential_set_key``."""
+def credential_update(
+    *, credential: Credential, name: str, username: str, team: Any = None, shared: bool = False
+) -> Credential:
+    """Rename a credential, change its user, team or sharing; the key is changed only by ``credential_set_key``.
+    Only a credential without a team is shared (with every team)."""
     credential.name = name
     credential.username = username
-    credential.save(update_fields=["name", "username"])
+    credential.team = team
+    credential.shared = shared and team is None
+    credential.save(update_fields=["name", "username", "team", "shared"])
     return credential
 
 

@@ -18,40 +18,14 @@ from django.utils import timezone
 from campaigns import services
 from campaigns.models import Run, RunHost, RunStatus
 from campaigns.plan import (
-    SERVICE_DIR as SERVICE_DIR,
-)
-from campaigns.plan import (
-    build_commands as build_commands,
-)
-from campaigns.plan import (
-    campaign_mounts as campaign_mounts,
-)
-from campaigns.plan import (
-    container_name as container_name,
-)
-from campaigns.plan import (
-    container_of as container_of,
-)
-from campaigns.plan import (
-    data_dir_for as data_dir_for,
-)
-from campaigns.plan import (
-    display_command as display_command,
-)
-from campaigns.plan import (
-    host_context as host_context,
-)
-from campaigns.plan import (
-    host_infos as host_infos,
-)
-from campaigns.plan import (
-    run_dir_name as run_dir_name,
-)
-from campaigns.plan import (
-    run_host_infos as run_host_infos,
-)
-from campaigns.plan import (
-    split_commands as split_commands,
+    SERVICE_DIR,
+    build_commands,
+    campaign_mounts,
+    container_name,
+    container_of,
+    display_command,
+    host_context,
+    run_host_infos,
 )
 from campaigns.planning import benchmark_params
 from inventory.crypto import decrypt
