@@ -9,14 +9,13 @@ import pytest
 from django.conf import settings
 from rest_framework.test import APIClient
 
+from campaigns.plan import host_context, host_infos
 from campaigns.services import campaign_apply, campaign_launch
-from common.errors import FieldError
+from common.errors import FieldError, ParamError
 from common.names import path_under
 from inventory.importers import NodeImportError, nodes_import
 from inventory.models import Node
 from inventory.services import InventoryError, node_upsert
-from runners import ssh
-from runners.execution import host_context, host_infos
 
 BAD = ["../../../../../tmp/owned", "a/b", "..", ".hidden", "-rf", "x" * 101, "", "a b", "a\0b"]
 
@@ -62,5 +61,5 @@ def test_a_run_never_builds_a_directory_outside_its_root_even_for_a_name_stored_
     good = host_context(run, node_name="n1", index=0, root=root, hosts=host_infos([node]))
     assert good.run_dir.startswith(f"{root}/n1/run-") and good.data_dir == f"{root}/data/n1"
     Node.objects.filter(pk=node.pk).update(name="../../../../../tmp/owned")  # the database, not the API
-    with pytest.raises(ssh.PermanentSSHError, match="unsafe remote path"):
+    with pytest.raises(ParamError, match="unsafe remote path"):  # fails the run for good
         host_context(run, node_name="../../../../../tmp/owned", index=0, root=root, hosts=host_infos([node]))

@@ -175,8 +175,8 @@ def _wait_pid(target: remote.Target, job_dir: str) -> int:
 
 
 def test_mpirun_reaches_every_lab_node_over_its_sshd(targets: list[remote.Target], lab: dict[str, Any]) -> None:
+    from campaigns.plan import host_infos
     from plugins.launchers.mpi import MpiOptions, mpirun_argv
-    from runners.execution import host_infos
 
     hosts = host_infos([lab["nodes"]["lab1"], lab["nodes"]["lab2"]])
     # SSH_CONNECTION is "client-ip client-port server-ip server-port": which node's sshd started the rank
