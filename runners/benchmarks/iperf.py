@@ -45,10 +45,10 @@ import json
 import math
 import re
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from common import parameters
 from runners.benchmarks.base import (
     Benchmark,
     HostCommand,
@@ -248,44 +248,11 @@ class _Params:
     interface_address: dict[str, str] = field(default_factory=dict)
 
 
-Check = Callable[[Any], Any]  # returns the normalised value; raises ValueError with the reason
-
-
-def _integer(low: int, high: int) -> Check:
-    def check(value: Any) -> int:
-        if isinstance(value, str) and re.fullmatch(r"[0-9]{1,9}", value):
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ValueError(f"must be an integer from {low} to {high}, got {value!r}")
-        return value
-
-    return check
-
-
-def _flag(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if value in (0, 1, "0", "1", "true", "false"):
-        return value in (1, "1", "true")
-    raise ValueError(f"must be true or false, got {value!r}")
-
-
-def _choice(allowed: tuple[str, ...]) -> Check:
-    def check(value: Any) -> str:
-        if value not in allowed:
-            raise ValueError(f"must be one of {', '.join(allowed)}; got {value!r}")
-        return str(value)
-
-    return check
-
-
-def _quantity(pattern: str, expected: str, *, zero: bool) -> Check:
-    regex = re.compile(pattern)
+def _quantity(pattern: str, expected: str, *, zero: bool) -> parameters.Check:
+    shape = parameters.matching(pattern, expected)
 
     def check(value: Any) -> str:
-        text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-        if not isinstance(text, str) or not regex.fullmatch(text):
-            raise ValueError(f"must be {expected}, got {value!r}")
+        text = str(shape(value))
         if not zero and float(re.sub(r"[KMGTkmgt]$", "", text)) == 0:
             raise ValueError("must be more than 0")
         return text
@@ -310,18 +277,18 @@ def _interface_addresses(value: Any) -> dict[str, str]:
 _BITRATE = _quantity(
     r"[0-9]{1,12}(\.[0-9]{1,6})?[KMGkmg]?", "bits per second such as 10G, 500M or 0 (no limit)", zero=True
 )
-_SIZE = _quantity(r"[0-9]{1,12}[KMGkmg]?", "a size in bytes such as 128K or 4M", zero=False)
+_SIZE = parameters.size(1, 2**40, units="kmg")
 
 # Every parameter a campaign may set, with its check and default (None: the tool's own default).
-PARAMS: dict[str, tuple[Check, Any]] = {
-    "topology": (_choice(TOPOLOGIES), "pairs"),
-    "reverse": (_flag, False),
-    "bidir": (_flag, False),
-    "parallel": (_integer(1, 128), 1),
-    "duration": (_integer(1, 86_400), DEFAULT_DURATION),
-    "omit": (_integer(0, 600), 0),
-    "port": (_integer(1024, 65_535), None),
-    "connect_timeout": (_integer(1, 600), DEFAULT_CONNECT_TIMEOUT),
+PARAMS: dict[str, tuple[parameters.Check, Any]] = {
+    "topology": (parameters.choice(*TOPOLOGIES), "pairs"),
+    "reverse": (parameters.boolean, False),
+    "bidir": (parameters.boolean, False),
+    "parallel": (parameters.integer(1, 128), 1),
+    "duration": (parameters.integer(1, 86_400), DEFAULT_DURATION),
+    "omit": (parameters.integer(0, 600), 0),
+    "port": (parameters.integer(1024, 65_535), None),
+    "connect_timeout": (parameters.integer(1, 600), DEFAULT_CONNECT_TIMEOUT),
     "bitrate": (_BITRATE, None),  # -b: per stream, as iperf applies it
     "window": (_SIZE, None),  # -w: socket buffer size
     "length": (_SIZE, None),  # -l: read/write buffer length
@@ -330,11 +297,7 @@ PARAMS: dict[str, tuple[Check, Any]] = {
 
 
 def _checked(key: str, value: Any) -> Any:
-    check, _ = PARAMS[key]
-    try:
-        return check(value)
-    except ValueError as exc:
-        raise ParamError(key, str(exc)) from None
+    return parameters.checked(key, PARAMS[key][0], value)
 
 
 # --- topology and commands ------------------------------------------------------------------------------------
