@@ -222,6 +222,8 @@ def parse_transport_expectation(value: Any) -> Transport:
     if not isinstance(value, str) or not value.strip():
         raise ValueError("must be a transport such as NET/IB/GDRDMA, NET/IB, NET/Socket, P2P or SHM")
     parts = [p.strip() for p in value.strip().split("/") if p.strip() and not _DEVICE_SEGMENT.fullmatch(p.strip())]
+    if not parts:
+        raise ValueError(f"must be a transport such as NET/IB/GDRDMA, NET/IB, NET/Socket, P2P or SHM, got {value!r}")
     kind, rest = parts[0].upper(), parts[1:]
     if kind == "NET":
         gdrdma = bool(rest) and rest[-1].upper() == "GDRDMA"
