@@ -12,8 +12,9 @@ from django.db.models import Avg, Count, F, Prefetch, Q, QuerySet
 
 from campaigns import planning
 from campaigns.models import RUN_TERMINAL, Campaign, Result, Run, RunStatus
+from campaigns.plan import build_commands, display_command, host_context, run_host_infos
 from campaigns.verdicts import sample_stdev
-from plugins.benchmarks.base import get_benchmark
+from plugins.benchmarks.base import ParamError, get_benchmark
 
 
 def preview_home(node: Any) -> str:
@@ -103,36 +104,56 @@ def campaign_spec(*, campaign: Campaign) -> dict[str, Any]:
     return data
 
 
-def campaign_preview(*, campaign: Campaign, max_points: int = 50) -> dict[str, Any]:
-    """How many runs the campaign expands to and the exact command of each matrix point on each host."""
-    from campaigns.plan import build_commands, display_command, host_context, run_host_infos
+def _point_commands(
+    campaign: Campaign, benchmark: Any, params: dict[str, Any], nodes: list[Any]
+) -> list[dict[str, Any]]:
+    """The exact commands of one matrix point on each of its hosts, built as a run of it would build them."""
+    placeholder = Run(campaign=campaign, pk=0, params=params)  # host_context reads the point's env.NAME parameters
+    run_nodes = planning.nodes_for(params, nodes)
+    infos = run_host_infos(placeholder, run_nodes)
+    hosts = []
+    for i, node in enumerate(run_nodes):
+        root = f"{preview_home(node)}/.rackbench"
+        ctx = host_context(placeholder, node_name=node.name, index=i, root=root, hosts=infos, dir_name="run-ID")
+        main, service = build_commands(placeholder, benchmark, ctx)
+        hosts.append(
+            {
+                "host": node.name,
+                "address": node.address,
+                "command": display_command(ctx.run_dir, main.argv, main.env) if main else "",
+                "files": main.files if main else {},
+                "service": display_command(f"{ctx.run_dir}/service", service.argv, service.env) if service else "",
+            }
+        )
+    if run_nodes and not any(h["command"] for h in hosts):
+        raise ParamError("kind", f"{benchmark.kind} builds no command for any host of this point")
+    return hosts
+
+
+def campaign_build_check(*, campaign: Campaign) -> None:
+    """Build every matrix point's commands on its hosts, as its runs will: ParamError names the first refusal.
+
+    campaign_apply calls it, so that what apply accepts is what the plug-in builds (a refusal found only when a
+    run starts, or when its output is collected, would throw the run away)."""
     from campaigns.services import campaign_target_nodes
 
     benchmark = get_benchmark(campaign.kind)
     nodes = campaign_target_nodes(campaign=campaign)
-    placeholder = Run(campaign=campaign, pk=0)
+    for params in planning.expand(campaign.matrix, campaign.fixed, campaign.rules):
+        _point_commands(campaign, benchmark, params, nodes)
+
+
+def campaign_preview(*, campaign: Campaign, max_points: int = 50) -> dict[str, Any]:
+    """How many runs the campaign expands to and the exact command of each matrix point on each host."""
+    from campaigns.services import campaign_target_nodes
+
+    benchmark = get_benchmark(campaign.kind)
+    nodes = campaign_target_nodes(campaign=campaign)
     points = []
     for index, params in enumerate(planning.expand(campaign.matrix, campaign.fixed, campaign.rules)):
         if index >= max_points:
             break
-        placeholder.params = params  # host_context reads the point's env.NAME parameters from it
-        run_nodes = planning.nodes_for(params, nodes)
-        infos = run_host_infos(placeholder, run_nodes)
-        hosts = []
-        for i, node in enumerate(run_nodes):
-            root = f"{preview_home(node)}/.rackbench"
-            ctx = host_context(placeholder, node_name=node.name, index=i, root=root, hosts=infos, dir_name="run-ID")
-            main, service = build_commands(placeholder, benchmark, ctx)
-            hosts.append(
-                {
-                    "host": node.name,
-                    "address": node.address,
-                    "command": display_command(ctx.run_dir, main.argv, main.env) if main else "",
-                    "files": main.files if main else {},
-                    "service": display_command(f"{ctx.run_dir}/service", service.argv, service.env) if service else "",
-                }
-            )
-        points.append({"point": index, "params": params, "hosts": hosts})
+        points.append({"point": index, "params": params, "hosts": _point_commands(campaign, benchmark, params, nodes)})
     return {
         "points": planning.point_count(campaign.matrix, campaign.fixed, campaign.rules),
         "runs": planning.run_count(

@@ -125,7 +125,18 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None, team: Team | None
         campaign.save()
         campaign.nodes.set(nodes)
         campaign.node_tags.set(tags)
+        _check_builds(campaign, spec)
     return campaign
+
+
+def _check_builds(campaign: Campaign, spec: dict[str, Any]) -> None:
+    """Every point built on its hosts as its runs will build it; a refusal names the field and undoes the apply."""
+    from campaigns.selectors import campaign_build_check
+
+    try:
+        campaign_build_check(campaign=campaign)
+    except ParamError as exc:
+        raise SpecError(spec_module.field_of(spec, exc.field), exc.message) from None
 
 
 def select_nodes(
@@ -151,7 +162,8 @@ def _check_node_axis(spec: dict[str, Any], *, available: int) -> None:
     counts += [spec["fixed"]["nodes"]] if "nodes" in spec["fixed"] else []
     too_many = [c for c in counts if isinstance(c, int) and c > available]
     if too_many:
-        raise SpecError("matrix.nodes", f"asks for {max(too_many)} nodes but the campaign selects {available}")
+        field = "fixed.nodes" if "nodes" in spec["fixed"] else "matrix.nodes"
+        raise SpecError(field, f"asks for {max(too_many)} nodes but the campaign selects {available}")
 
 
 def _resolve_nodes(names: list[str], team: Team | None) -> list[Node]:

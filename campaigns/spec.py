@@ -334,6 +334,14 @@ def _blame(spec: dict[str, Any], param: str, axes: set[str]) -> str:
     return f"{'matrix' if param in axes else 'fixed'}.{param}"
 
 
+def field_of(spec: dict[str, Any], param: str) -> str:
+    """The campaign field a plug-in's refusal of ``param`` is about: where the campaign sets it, else the parameter
+    itself (a default the plug-in applies, or a run-level field such as ``nodes``)."""
+    axes = {axis[0] for axis in spec["matrix"]}
+    setting = axes | set(spec["fixed"]) | {p for o in spec["rules"].get("overrides", []) for p in o["set"]}
+    return _blame(spec, param, axes) if param in setting else param
+
+
 def _validate_points(benchmark: Any, spec: dict[str, Any]) -> None:
     from campaigns.planning import ExpressionError, benchmark_params, expand
 
@@ -345,7 +353,8 @@ def _validate_points(benchmark: Any, spec: dict[str, Any]) -> None:
                     raise SpecError(_blame(spec, key, axes), f"{key[4:]!r} is not an environment variable name")
             count = params.get("nodes")
             if "nodes" in params and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
-                raise SpecError("matrix.nodes", f"node counts must be whole numbers of at least 1, got {count!r}")
+                field = _blame(spec, "nodes", axes)
+                raise SpecError(field, f"node counts must be whole numbers of at least 1, got {count!r}")
             try:
                 benchmark.validate(benchmark_params(params))
             except ParamError as exc:

@@ -36,6 +36,7 @@ from campaigns.models import (
 )
 from campaigns.presets import preset_list
 from campaigns.spec import SpecError, to_yaml
+from common.errors import ApplicationError
 from inventory.models import Node, NodeStatus, StorageSystem
 from plugins.benchmarks.base import ParamError
 
@@ -152,7 +153,7 @@ def campaign_preview(request: HttpRequest, pk: int) -> HttpResponse:
     context: dict[str, Any] = {"campaign": campaign}
     try:
         context["preview"] = selectors.campaign_preview(campaign=campaign)
-    except ParamError as exc:  # a definition the benchmark plug-in no longer accepts
+    except ApplicationError as exc:  # a definition the plug-in no longer builds (the API answers the same 400)
         context["error"] = str(exc)
     return render(request, "campaigns/campaign_preview.html", context)
 

@@ -608,7 +608,7 @@ def run_collect(run: Run) -> tuple[str, str]:
     samplers.collect(run, targets)  # after the results: it adds its summaries to them
     if not errors:
         errors += benchmark.missing(metrics, [h.row.host for h in hosts])
-        errors += benchmark.check(run.params, metrics, logs)
+        errors += benchmark.check(benchmark_params(run.params), metrics, logs)
     return (RunStatus.FAILED, "\n".join(errors)) if errors else (RunStatus.SUCCEEDED, "")
 
 

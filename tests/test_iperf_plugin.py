@@ -131,7 +131,7 @@ def test_it_normalises_flags_and_integers(iperf3):
         ({"interface_address": "10.0.0.1"}, "interface_address"),
         ({"interface_address": {"n0": "10.0.0.1 -R"}}, "interface_address"),
         ({"interface_address": {"n0": "storage-1.example.com"}}, "interface_address"),
-        ({"udp": True}, "udp"),
+        ({"udp": "yes"}, "udp"),
         ({"extra_args": ["-Z"]}, "extra_args"),
     ],
 )
@@ -417,8 +417,6 @@ def test_it_reads_enhanced_reports_of_iperf_2_0_and_2_1(iperf2):
     one, two = (iperf2.parse(run, host="h1") for run in runs[2:])
     assert value(one, "throughput_bps", peer="10.128.0.2", direction="send") == pytest.approx(1966e6)
     assert value(two, "throughput_bps", peer="10.128.0.2", direction="send") == pytest.approx(1970e6)
-    with pytest.raises(ParseError, match="UDP"):
-        iperf2.parse(runs[0], host="h1")
 
 
 def test_it_reads_the_classic_report_of_iperf_2_0(iperf2):
@@ -649,3 +647,100 @@ def test_it_runs_a_real_iperf2_to_first_test_in_reverse(iperf2, tmp_path):
         assert value(metrics, "throughput_bps", host=node, peer="n0", direction="receive") > 0
     per_host = [m for node, text in outputs.items() for m in iperf2.parse(text, host=node)]
     assert iperf2.check(params, per_host, {}) == []
+
+
+# --- UDP: the receiver's throughput, jitter and loss ---------------------------------------------------------------
+# Real outputs (fixtures/iperf/SOURCES.md): iperf3 3.12 and iperf 2.1.8 generated here on loopback, iperf3 3.1.3 from
+# a public repository's README, iperf 2.0.x from PerfKitBenchmarker's test data.
+
+UDP = {"peer": "127.0.0.1", "direction": "send"}
+
+
+def test_it_reads_iperf3_udp_as_the_receiver_counted_it(iperf3):
+    metrics = iperf3.parse(fixture_text("iperf3-3.12-udp-P1.json"), host="h1")
+    assert value(metrics, "throughput_bps", **UDP) == 100113178.79986963  # sum_received, not sum_sent's 100128594
+    assert value(metrics, "jitter_ms", **UDP) == 0.527155870653616
+    assert (value(metrics, "lost_packets", **UDP), value(metrics, "packets", **UDP)) == (0, 382)
+    assert value(metrics, "lost_percent", **UDP) == 0
+
+
+def test_it_reads_iperf3_udp_loss_of_parallel_streams_and_reverse(iperf3):
+    metrics = iperf3.parse(fixture_text("iperf3-3.12-udp-P2.json"), host="h1")
+    assert value(metrics, "throughput_bps", **UDP) == 398895411.0095779
+    assert (value(metrics, "lost_packets", **UDP), value(metrics, "packets", **UDP)) == (4, 1526)
+    assert value(metrics, "lost_percent", **UDP) == pytest.approx(0.2621231979030144)
+    reverse = iperf3.parse(fixture_text("iperf3-3.12-udp-reverse-P1.json"), host="h1")
+    assert value(reverse, "jitter_ms", peer="127.0.0.1", direction="receive") == 0.0031069569626516057
+
+
+def test_it_reads_the_older_iperf3_udp_layout_from_the_receivers_counts(iperf3):
+    """iperf3 3.1.3: end.sum only, the sender's 834711189 bit/s with the receiver's 69 of 9996 datagrams lost."""
+    metrics = iperf3.parse(fixture_text("iperf3-3.1.3-udp-selfhealing-readme.json"), host="h1")
+    udp = {"peer": "10.101.106.254", "direction": "send"}
+    assert value(metrics, "throughput_bps", **udp) == pytest.approx((9996 - 69) * 8192 * 8 / 0.785134)
+    assert value(metrics, "jitter_ms", **udp) == 0.092
+    assert value(metrics, "lost_percent", **udp) == pytest.approx(100 * 69 / 9996)
+
+
+def test_it_reads_iperf2_udp_from_the_server_reports(iperf2):
+    one = iperf2.parse(fixture_text("iperf-2.1.8-udp-P1-bits.txt"), host="h1")
+    assert value(one, "throughput_bps", **UDP) == 104870556  # the server's report, not the client's 104883454
+    assert (value(one, "lost_packets", **UDP), value(one, "packets", **UDP)) == (0, 8919)
+    two = iperf2.parse(fixture_text("iperf-2.1.8-udp-P2-bits.txt"), host="h1")
+    assert value(two, "throughput_bps", **UDP) == 104907813 + 104891519  # both streams' reports, not the [SUM]
+    assert (value(two, "lost_packets", **UDP), value(two, "packets", **UDP)) == (1, 8920 + 8919)
+    adaptive = iperf2.parse(fixture_text("iperf-2.1.8-udp-P1-adaptive.txt"), host="h1")
+    assert value(adaptive, "throughput_bps", **UDP) == 105e6
+
+
+def test_it_reads_iperf_2_0_udp_server_reports(iperf2):
+    runs = fixture_text("iperf-2.0.x-pkb-results.txt").split("\n#\n")
+    one, two = (iperf2.parse(run, host="h1") for run in runs[:2])
+    udp = {"peer": "10.128.0.2", "direction": "send"}
+    assert value(one, "throughput_bps", **udp) == pytest.approx(1.05e6)
+    assert (value(one, "jitter_ms", **udp), value(one, "packets", **udp)) == (0.017, 5350)
+    assert value(two, "throughput_bps", **udp) == pytest.approx(2.10e6)
+    assert (value(two, "jitter_ms", **udp), value(two, "lost_packets", **udp)) == (0.039, 1)
+
+
+def test_it_refuses_udp_output_without_the_receivers_report(iperf2):
+    text = fixture_text("iperf-2.1.8-udp-P1-bits.txt").split("[  1] Server Report:")[0]
+    with pytest.raises(ParseError, match="no UDP Server Report"):
+        iperf2.parse(text, host="h1")
+
+
+def test_it_aggregates_udp_loss_as_a_ratio_of_the_sums_and_jitter_as_the_worst(iperf3):
+    per_host = iperf3.parse(fixture_text("iperf3-3.12-udp-P1.json"), host="h1")
+    per_host += iperf3.parse(fixture_text("iperf3-3.12-udp-P2.json"), host="h3")
+    total = {m.name: m.value for m in iperf3.aggregate(per_host) if not m.labels}
+    assert total["lost_packets"] == 4 and total["packets"] == 382 + 1526
+    assert total["lost_percent"] == pytest.approx(100 * 4 / (382 + 1526))
+    assert total["jitter_ms"] == 0.527155870653616
+
+
+def test_it_passes_udp_to_clients_and_to_iperf2_servers(iperf2, iperf3):
+    run_hosts = hosts(2)
+    main, _ = commands(iperf3.build({"udp": True, "bitrate": "1G"}, context(0, run_hosts)))
+    assert plan(main, "clients.json")["clients"][0]["argv"][-3:] == ["-u", "-b", "1G"]
+    _, service = commands(iperf2.build({"udp": "true"}, context(1, run_hosts)))
+    servers = plan(service, "servers.json")
+    assert servers["servers"][0]["argv"][-1] == "-u" and servers["udp"] is True
+    with pytest.raises(ParamError) as caught:
+        iperf2.validate({"udp": True, "reverse": True})
+    assert caught.value.field == "udp"
+
+
+@needs_iperf3
+def test_it_runs_a_real_iperf3_udp_pair_from_the_built_commands(iperf3, tmp_path):
+    outputs = run_on_loopback(iperf3, {"udp": True, "bitrate": "50M", "duration": 1}, 2, tmp_path)
+    metrics = iperf3.parse(outputs["n0"], host="n0")
+    assert value(metrics, "throughput_bps", host="n0", peer="n1", direction="send") > 10e6
+    assert value(metrics, "packets", host="n0", peer="n1", direction="send") > 0
+
+
+@needs_iperf2
+def test_it_runs_a_real_iperf2_udp_pair_from_the_built_commands(iperf2, tmp_path):
+    outputs = run_on_loopback(iperf2, {"udp": True, "bitrate": "50M", "duration": 1}, 2, tmp_path)
+    metrics = iperf2.parse(outputs["n0"], host="n0")
+    assert value(metrics, "throughput_bps", host="n0", peer="n1", direction="send") > 10e6
+    assert value(metrics, "jitter_ms", host="n0", peer="n1", direction="send") >= 0

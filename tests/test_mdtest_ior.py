@@ -232,7 +232,7 @@ def test_it_keeps_a_hostile_mdtest_directory_in_one_argument(mdtest):
     [
         ({"nonsense": 1}, "nonsense"),
         ({"files_per_rank": 0}, "files_per_rank"),
-        ({"files_per_rank": "100"}, "files_per_rank"),
+        ({"files_per_rank": "100 files"}, "files_per_rank"),
         ({"files_per_rank": 10, "items_per_dir": 10}, "items_per_dir"),
         ({"iterations": True}, "iterations"),
         ({"unique_dir": "yes"}, "unique_dir"),
@@ -245,7 +245,7 @@ def test_it_keeps_a_hostile_mdtest_directory_in_one_argument(mdtest):
         ({"binary": "-h"}, "binary"),
         ({"binary": "mdtest;id"}, "binary"),
         ({"mpi_btl": "^openib $(id)"}, "mpi_btl"),
-        ({"mpi_tag_output": "false"}, "mpi_tag_output"),
+        ({"mpi_tag_output": "False"}, "mpi_tag_output"),
     ],
 )
 def test_it_refuses_bad_mdtest_parameters_naming_the_field(mdtest, params, field):
@@ -385,7 +385,7 @@ def test_it_writes_the_ior_test_file_into_the_data_dir_by_default(ior):
         ({"transfer_size": "3k", "block_size": "16k"}, "block_size"),
         ({"segments": 0}, "segments"),
         ({"iterations": 1001}, "iterations"),
-        ({"file_per_proc": 1}, "file_per_proc"),
+        ({"file_per_proc": 2}, "file_per_proc"),
         ({"write": False, "read": False}, "write"),
         ({"test_file": "ior.dat"}, "test_file"),
         ({"test_file": "/mnt/dir/"}, "test_file"),

@@ -45,6 +45,25 @@ def test_iperf3_pairs_run_at_once_and_are_aggregated(lab: dict[str, Any], worker
     assert not any(group_alive(pid) for pid in _service_pids(lab))
 
 
+def test_a_fixed_node_count_runs_and_is_collected_like_a_matrix_one(lab: dict[str, Any], worker: Any) -> None:
+    """The network-iperf3-pairs preset's ``fixed: {nodes: 2}``: its runs once ran, then failed at collection with
+    "nodes: unknown iperf3 parameter"."""
+    campaign = launch_and_wait(
+        {
+            "name": "iperf-fixed-nodes",
+            "kind": "iperf3",
+            "nodes": ["lab1", "lab2", "lab3", "lab4"],
+            "cache": {"flush_clients": False},
+            "fixed": {"topology": "pairs", "nodes": 2, "duration": 1, "port": 5321},
+        }
+    )
+
+    assert campaign.status == CampaignStatus.SUCCEEDED, [r.error for r in campaign.runs.all()]
+    run = campaign.runs.get()
+    assert sorted(h.host for h in run.hosts.all()) == ["lab1", "lab2"]
+    assert run.results.get(name="throughput_bps", host="", labels={}).value > 0
+
+
 def _service_pids(lab: dict[str, Any]) -> list[int]:
     """Process groups of iperf3 servers still running under the lab's home (there should be none)."""
     import subprocess

@@ -507,7 +507,7 @@ def test_it_builds_the_mlperf_command_reading_recordio_files_round_robin():
         ("tf_cnn_benchmarks", {"script": "tf_cnn_benchmarks.py"}, "script"),
         ("tf_cnn_benchmarks", {"script": "/opt/../etc/tf.py"}, "script"),
         ("tf_cnn_benchmarks", {"script": TF_CNN, "model": "resnet50; rm -rf /"}, "model"),
-        ("tf_cnn_benchmarks", {"script": TF_CNN, "batch_size": "256"}, "batch_size"),
+        ("tf_cnn_benchmarks", {"script": TF_CNN, "batch_size": "256.5"}, "batch_size"),
         ("tf_cnn_benchmarks", {"script": TF_CNN, "batch_size": True}, "batch_size"),
         ("tf_cnn_benchmarks", {"script": TF_CNN, "use_fp16": "yes"}, "use_fp16"),
         ("tf_cnn_benchmarks", {"script": TF_CNN, "data_format": "nchw"}, "data_format"),

@@ -26,10 +26,10 @@ import json
 import math
 import re
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from common import parameters
 from plugins.benchmarks.base import (
     Benchmark,
     HostCommand,
@@ -88,20 +88,10 @@ _UNITS = {spec.name: spec.unit for spec in METRICS}
 
 # --- parameter validation -------------------------------------------------------------------------------------
 
-Check = Callable[[Any], str]  # returns the value as written in the job file; raises ValueError with the reason
-
 
 def _text(value: Any) -> str:
     """The value as job-file text, refused where fio would read it differently from what was given."""
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise ValueError("must be a string or an integer")
-    text = str(value)
-    if not text:
-        raise ValueError("must not be empty")
-    if len(text) > MAX_VALUE_LENGTH:
-        raise ValueError(f"must be at most {MAX_VALUE_LENGTH} characters")
-    if any(ord(c) < 32 or ord(c) == 127 for c in text):
-        raise ValueError("must not contain control characters (newline, carriage return, NUL, ...)")
+    text = parameters.text(value, max_length=MAX_VALUE_LENGTH)
     if "$" in text:
         raise ValueError("must not contain '$' (fio expands $-variables in job files and has no escape for it)")
     if ";" in text or "#" in text:
@@ -111,56 +101,23 @@ def _text(value: Any) -> str:
     return text
 
 
-def _matching(pattern: str, expected: str) -> Check:
-    regex = re.compile(pattern, re.IGNORECASE)
+def _job_value(check: parameters.Check) -> parameters.Check:
+    """A shared check whose result is written into the job file: booleans as fio's 1/0, the rest as text."""
 
-    def check(value: Any) -> str:
-        text = _text(value)
-        if not regex.fullmatch(text):
-            raise ValueError(f"must be {expected}, got {text!r}")
-        return text
+    def job_value(value: Any) -> str:
+        found = check(value)
+        if isinstance(found, bool):
+            return "1" if found else "0"
+        return _text(found)
 
-    return check
-
-
-def _integer(low: int, high: int) -> Check:
-    def check(value: Any) -> str:
-        text = _text(value)
-        if not re.fullmatch(r"[0-9]+", text) or not low <= int(text) <= high:
-            raise ValueError(f"must be an integer from {low} to {high}, got {text!r}")
-        return str(int(text))
-
-    return check
-
-
-def _choice(allowed: Iterable[str]) -> Check:
-    allowed = tuple(allowed)
-
-    def check(value: Any) -> str:
-        text = _text(value)
-        if text not in allowed:
-            raise ValueError(f"must be one of {', '.join(allowed)}; got {text!r}")
-        return text
-
-    return check
-
-
-def _flag(value: Any) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    text = _text(value).lower()
-    if text in ("1", "true"):
-        return "1"
-    if text in ("0", "false"):
-        return "0"
-    raise ValueError(f"must be true/false or 1/0, got {text!r}")
+    return job_value
 
 
 def _ioengine(value: Any) -> str:
     text = _text(value)
     if text == "exec" or text.startswith("external"):
         raise ValueError(f"{text!r} runs an external program or library")
-    return _choice(IO_ENGINES)(text)
+    return str(parameters.choice(*IO_ENGINES)(text))
 
 
 def _directory(value: Any) -> str:
@@ -191,23 +148,50 @@ def _job_name(value: Any) -> str:
 
 
 _SIZE = r"[0-9]+([kmgtp]i?b?)?"
-_DURATION = r"[0-9]+(us|ms|s|m|h|d)?"
 _MAX_INT = 2**31 - 1
+_DURATION_UNITS = ("us", "ms", "s", "m", "h", "d")
+_flag = _job_value(parameters.boolean)
+
+
+def _integer(low: int, high: int) -> parameters.Check:
+    return _job_value(parameters.integer(low, high))
+
+
+def _sizes(expected: str) -> parameters.Check:
+    """fio's size lists (``bs=4k,64k``: read,write[,trim]): each one a size of the shared rule."""
+    one = parameters.size(1, 2**50, units="kmgtp", iec=True)
+
+    def check(value: Any) -> str:
+        text = _text(value)
+        parts = text.split(",")
+        if len(parts) > 3:
+            raise ValueError(f"must be {expected}, got {text!r}")
+        for part in parts:
+            try:
+                one(part)
+            except ValueError:
+                raise ValueError(f"must be {expected}, got {text!r}") from None
+        return text
+
+    return check
+
 
 # fio job options a campaign may set, each with its check. Everything else is refused.
-FIO_OPTIONS: dict[str, Check] = {
-    "rw": _choice(RW_MODES),
-    "bs": _matching(rf"{_SIZE}(,{_SIZE}){{0,2}}", "a block size such as 4k, or read,write[,trim] sizes"),
-    "size": _matching(rf"{_SIZE}|[0-9]{{1,3}}%", "a size such as 64M, or a percentage such as 50%"),
+FIO_OPTIONS: dict[str, parameters.Check] = {
+    "rw": _job_value(parameters.choice(*RW_MODES)),
+    "bs": _sizes("a block size such as 4k, or read,write[,trim] sizes"),
+    "size": _job_value(
+        parameters.matching(rf"{_SIZE}|[0-9]{{1,3}}%", "a size such as 64M, or a percentage such as 50%", flags=re.I)
+    ),
     "numjobs": _integer(1, 1024),
     "iodepth": _integer(1, 65536),
     "ioengine": _ioengine,
     "direct": _flag,
     "nrfiles": _integer(1, 100_000),
-    "runtime": _matching(_DURATION, "a duration such as 30 or 30s, 500ms, 2m"),
+    "runtime": _job_value(parameters.duration(0, 30 * 86400, units=_DURATION_UNITS)),
     "time_based": _flag,
-    "ramp_time": _matching(_DURATION, "a duration such as 5 or 5s"),
-    "startdelay": _matching(_DURATION, "a duration such as 5 or 5s"),
+    "ramp_time": _job_value(parameters.duration(0, 86400, units=_DURATION_UNITS)),
+    "startdelay": _job_value(parameters.duration(0, 86400, units=_DURATION_UNITS)),
     "loops": _integer(1, 1_000_000),
     "rwmixread": _integer(0, 100),
     "rwmixwrite": _integer(0, 100),
@@ -220,16 +204,16 @@ FIO_OPTIONS: dict[str, Check] = {
     "norandommap": _flag,
     "refill_buffers": _flag,
     "buffer_compress_percentage": _integer(0, 100),
-    "rate": _matching(rf"{_SIZE}(,{_SIZE}){{0,2}}", "bytes per second such as 10m, or read,write[,trim] rates"),
+    "rate": _sizes("bytes per second such as 10m, or read,write[,trim] rates"),
     "rate_iops": _integer(1, _MAX_INT),
     "thread": _flag,
-    "kb_base": _choice(["1000", "1024"]),
+    "kb_base": _job_value(parameters.choice("1000", "1024")),
     "create_serialize": _flag,
     "sync": _flag,
     "unlink": _flag,
 }
 # Parameters that are not job options: they name the job and place its data.
-CONTROL_PARAMS: dict[str, Check] = {"name": _job_name, "directory": _directory, "filename": _filename}
+CONTROL_PARAMS: dict[str, parameters.Check] = {"name": _job_name, "directory": _directory, "filename": _filename}
 
 
 @dataclass(frozen=True)
@@ -489,12 +473,10 @@ _READY_SCRIPT = "import socket, sys; socket.create_connection((sys.argv[1], int(
 def _client_options(params: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
     """The fio job options, and the fio server port when the run uses client/server mode."""
     fio_params = {k: v for k, v in params.items() if k not in ("client_mode", "client_port")}
-    mode = params.get("client_mode", False)
-    if not isinstance(mode, bool) and mode not in (0, 1):
-        raise ParamError("client_mode", "must be true or false")
-    port = params.get("client_port", FIO_DEFAULT_PORT)
-    if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535:
-        raise ParamError("client_port", "must be a port from 1024 to 65535")
+    mode = parameters.checked("client_mode", parameters.boolean, params.get("client_mode", False))
+    port = parameters.checked(
+        "client_port", parameters.integer(1024, 65535), params.get("client_port", FIO_DEFAULT_PORT)
+    )
     return fio_params, (port if mode else None)
 
 

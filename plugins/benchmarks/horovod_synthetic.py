@@ -20,18 +20,21 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from common import parameters
 from plugins.benchmarks import training as t
 from plugins.benchmarks.base import HostCommand, HostContext, Metric, ParseError, register
 
 OPTIONS: dict[str, t.Option] = {
-    "model": t.Option("--model", t.matching(r"[A-Za-z][A-Za-z0-9_]{0,63}", "a model name such as resnet50"), "space"),
-    "batch_size": t.Option("--batch-size", t.integer(1, 65536), "space"),
-    "num_warmup_batches": t.Option("--num-warmup-batches", t.integer(0, 100_000), "space"),
-    "num_batches_per_iter": t.Option("--num-batches-per-iter", t.integer(1, 100_000), "space"),
-    "num_iters": t.Option("--num-iters", t.integer(1, 100_000), "space"),
-    "fp16_allreduce": t.Option("--fp16-allreduce", t.boolean, "switch"),
-    "use_adasum": t.Option("--use-adasum", t.boolean, "switch"),
-    "no_cuda": t.Option("--no-cuda", t.boolean, "switch"),
+    "model": t.Option(
+        "--model", parameters.matching(r"[A-Za-z][A-Za-z0-9_]{0,63}", "a model name such as resnet50"), "space"
+    ),
+    "batch_size": t.Option("--batch-size", parameters.integer(1, 65536), "space"),
+    "num_warmup_batches": t.Option("--num-warmup-batches", parameters.integer(0, 100_000), "space"),
+    "num_batches_per_iter": t.Option("--num-batches-per-iter", parameters.integer(1, 100_000), "space"),
+    "num_iters": t.Option("--num-iters", parameters.integer(1, 100_000), "space"),
+    "fp16_allreduce": t.Option("--fp16-allreduce", parameters.boolean, "switch"),
+    "use_adasum": t.Option("--use-adasum", parameters.boolean, "switch"),
+    "no_cuda": t.Option("--no-cuda", parameters.boolean, "switch"),
 }
 
 
@@ -45,7 +48,7 @@ def _script(value: Any) -> str:
 CHECKS = {
     "script": _script,
     "python": t.interpreter,
-    "data_source": t.choice("synthetic"),
+    "data_source": parameters.choice("synthetic"),
     "record_size_bytes": t.COMMON["record_size_bytes"],
     **{name: option.check for name, option in OPTIONS.items()},
 }

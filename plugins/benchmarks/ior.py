@@ -36,6 +36,7 @@ import math
 import re
 from typing import Any
 
+from common import parameters
 from plugins.benchmarks.base import (
     Metric,
     MetricSpec,
@@ -51,8 +52,6 @@ FLAGS = {"file_per_proc": "-F", "reorder": "-C", "fsync": "-e", "keep_file": "-k
 KNOWN = frozenset(
     {"api", "transfer_size", "block_size", "segments", "iterations", "test_file", "binary", "read", "write", *FLAGS}
 )
-SIZE = re.compile(r"([1-9][0-9]{0,15})([kKmMgGtT]?)")
-UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 BINARY = re.compile(r"[A-Za-z0-9_.+/-]{1,255}")
 DEFAULT_TRANSFER = "1m"
 DEFAULT_BLOCK = "16m"
@@ -81,28 +80,21 @@ _UNITS = {spec.name: spec.unit for spec in METRICS}
 
 def _count(params: dict[str, Any], name: str, low: int, high: int) -> int | None:
     value = params.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ParamError(name, f"must be a whole number from {low} to {high}, got {value!r}")
-    return value
+    return None if value is None else parameters.checked(name, parameters.integer(low, high), value)
 
 
 def _flag(params: dict[str, Any], name: str) -> bool | None:
     value = params.get(name)
-    if value is not None and not isinstance(value, bool):
-        raise ParamError(name, f"must be true or false, got {value!r}")
-    return value
+    return None if value is None else parameters.checked(name, parameters.boolean, value)
+
+
+_SIZE = parameters.size(1, 2**50, units="kmgt")
 
 
 def _size(params: dict[str, Any], name: str, default: str) -> tuple[str, int]:
     """(the size as IOR is given it, in bytes)."""
-    value = params.get(name, default)
-    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-    match = SIZE.fullmatch(text) if isinstance(text, str) else None
-    if match is None:
-        raise ParamError(name, f"must be a size in bytes such as 4096, 64k, 1m or 4g; got {value!r}")
-    return text, int(match.group(1)) * UNITS[match.group(2).lower()]
+    text = parameters.checked(name, _SIZE, params.get(name, default))
+    return text, parameters.size_bytes(text)
 
 
 def _test_file(params: dict[str, Any], data_dir: str) -> str:
@@ -133,9 +125,7 @@ def rank_argv(params: dict[str, Any], data_dir: str) -> list[str]:
     binary = params.get("binary", "ior")
     if not isinstance(binary, str) or not BINARY.fullmatch(binary) or binary.startswith("-"):
         raise ParamError("binary", f"must be a program name or path (letters, digits, '._+/-'), got {binary!r}")
-    api = params.get("api", "POSIX")
-    if api not in APIS:
-        raise ParamError("api", f"must be one of {', '.join(APIS)}, got {api!r}")
+    api = parameters.checked("api", parameters.choice(*APIS), params.get("api", "POSIX"))
     transfer, transfer_bytes = _size(params, "transfer_size", DEFAULT_TRANSFER)
     block, block_bytes = _size(params, "block_size", DEFAULT_BLOCK)
     if block_bytes % transfer_bytes:

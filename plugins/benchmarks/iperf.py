@@ -1,4 +1,4 @@
-"""iperf plug-ins: TCP throughput between the run's hosts, with iperf3 (kind "iperf3", JSON output) or iperf 2
+"""iperf plug-ins: TCP (or UDP) throughput between the run's hosts, with iperf3 (kind "iperf3", JSON output) or iperf 2
 (kind "iperf2", text output; the ``iperf`` program the seed papers use).
 
 Topology (param ``topology``), as (sender, receiver) flows over the run's host list:
@@ -23,6 +23,12 @@ every server's port is listening on its address (read from /proc/net/tcp*, so no
 ``#rackbench-iperf {"peer": ..., ...}`` line, which is how ``parse`` knows which peer each result belongs to.
 Campaign values reach the nodes only as argv elements inside those plans; nothing goes through a shell.
 
+UDP (``udp: true``, with ``bitrate`` per stream; iperf's own default is 1 Mbit/s): the throughput is what the
+receiver got, and ``jitter_ms``, ``lost_packets``, ``packets`` and ``lost_percent`` come with it, as the receiver
+counted them (iperf3's end.sum_received, or end.sum before that existed; iperf 2's "Server Report" per stream). An
+iperf 2 UDP server is started with ``-u``; iperf 2 UDP is read in the forward direction only. ``aggregate`` adds the
+datagram counts up, gives the loss as their ratio and the jitter of the worst flow.
+
 Metrics, per client host and peer (labels ``{"peer": name, "direction": "send" | "receive"}``; the direction is the
 client host's: ``send`` it sends to the peer, ``receive`` the peer sends to it, with ``reverse`` or ``bidir``):
 ``throughput_bps`` (goodput as the receiver counted it, bit/s), ``retransmits`` (iperf3: TCP retransmissions of the
@@ -45,10 +51,10 @@ import json
 import math
 import re
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from common import parameters
 from plugins.benchmarks.base import (
     Benchmark,
     HostCommand,
@@ -76,7 +82,13 @@ METRICS = (
     MetricSpec("retransmits", "count", False, "TCP retransmissions of the flow's sending side (iperf3)"),
     MetricSpec("cpu_local_percent", "%", False, "CPU use of the client host during the test (iperf3)"),
     MetricSpec("cpu_remote_percent", "%", False, "CPU use of the server host during the test (iperf3)"),
-)
+    MetricSpec("jitter_ms", "ms", False, "UDP: packet delay variation the receiver measured (RFC 1889); across "
+               "flows, the largest"),
+    MetricSpec("lost_packets", "count", False, "UDP: datagrams the receiver never got"),
+    MetricSpec("packets", "count", True, "UDP: datagrams sent, as the receiver counted them (lost ones included)"),
+    MetricSpec("lost_percent", "%", False, "UDP: lost_packets / packets x 100"),
+)  # fmt: skip
+UDP_METRICS = ("jitter_ms", "lost_packets", "packets", "lost_percent")
 _UNITS = {spec.name: spec.unit for spec in METRICS}
 
 # The helper the service and the main command run; see the module docstring. Python 3.6+, standard library only.
@@ -154,10 +166,12 @@ def serve(plan):
         time.sleep(0.2)
 
 
-def listening():
-    """(address, port) of every listening TCP socket (state 0A in /proc/net/tcp and /proc/net/tcp6)."""
+def listening(udp=False):
+    """(address, port) of every listening TCP socket (state 0A in /proc/net/tcp and /proc/net/tcp6), or with udp
+    of every bound UDP socket (state 07 in /proc/net/udp and /proc/net/udp6)."""
     found = set()
-    for path, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+    proto, state = ("udp", "07") if udp else ("tcp", "0A")
+    for path, family in (("/proc/net/" + proto, socket.AF_INET), ("/proc/net/%s6" % proto, socket.AF_INET6)):
         try:
             with open(path) as f:
                 rows = f.read().splitlines()[1:]
@@ -165,7 +179,7 @@ def listening():
             continue
         for row in rows:
             fields = row.split()
-            if len(fields) < 4 or fields[3] != "0A":
+            if len(fields) < 4 or fields[3] != state:
                 continue
             address, port = fields[1].split(":")
             raw = bytes.fromhex(address)
@@ -182,7 +196,7 @@ def ready(plan):
         sys.stderr.write("cannot resolve %s: %s\n" % (plan["address"], exc))
         return 1
     wanted = set(info[4][0].split("%")[0] for info in infos)
-    listen = listening()
+    listen = listening() | (listening(udp=True) if plan.get("udp") else set())
     missing = [s["port"] for s in plan["servers"] if not any((a, s["port"]) in listen for a in wanted)]
     if missing:
         sys.stderr.write("not listening yet on %s port %s\n" % (plan["address"], ", ".join(map(str, missing))))
@@ -246,46 +260,14 @@ class _Params:
     window: str | None
     length: str | None
     interface_address: dict[str, str] = field(default_factory=dict)
+    udp: bool = False
 
 
-Check = Callable[[Any], Any]  # returns the normalised value; raises ValueError with the reason
-
-
-def _integer(low: int, high: int) -> Check:
-    def check(value: Any) -> int:
-        if isinstance(value, str) and re.fullmatch(r"[0-9]{1,9}", value):
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ValueError(f"must be an integer from {low} to {high}, got {value!r}")
-        return value
-
-    return check
-
-
-def _flag(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if value in (0, 1, "0", "1", "true", "false"):
-        return value in (1, "1", "true")
-    raise ValueError(f"must be true or false, got {value!r}")
-
-
-def _choice(allowed: tuple[str, ...]) -> Check:
-    def check(value: Any) -> str:
-        if value not in allowed:
-            raise ValueError(f"must be one of {', '.join(allowed)}; got {value!r}")
-        return str(value)
-
-    return check
-
-
-def _quantity(pattern: str, expected: str, *, zero: bool) -> Check:
-    regex = re.compile(pattern)
+def _quantity(pattern: str, expected: str, *, zero: bool) -> parameters.Check:
+    shape = parameters.matching(pattern, expected)
 
     def check(value: Any) -> str:
-        text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-        if not isinstance(text, str) or not regex.fullmatch(text):
-            raise ValueError(f"must be {expected}, got {value!r}")
+        text = str(shape(value))
         if not zero and float(re.sub(r"[KMGTkmgt]$", "", text)) == 0:
             raise ValueError("must be more than 0")
         return text
@@ -310,31 +292,28 @@ def _interface_addresses(value: Any) -> dict[str, str]:
 _BITRATE = _quantity(
     r"[0-9]{1,12}(\.[0-9]{1,6})?[KMGkmg]?", "bits per second such as 10G, 500M or 0 (no limit)", zero=True
 )
-_SIZE = _quantity(r"[0-9]{1,12}[KMGkmg]?", "a size in bytes such as 128K or 4M", zero=False)
+_SIZE = parameters.size(1, 2**40, units="kmg")
 
 # Every parameter a campaign may set, with its check and default (None: the tool's own default).
-PARAMS: dict[str, tuple[Check, Any]] = {
-    "topology": (_choice(TOPOLOGIES), "pairs"),
-    "reverse": (_flag, False),
-    "bidir": (_flag, False),
-    "parallel": (_integer(1, 128), 1),
-    "duration": (_integer(1, 86_400), DEFAULT_DURATION),
-    "omit": (_integer(0, 600), 0),
-    "port": (_integer(1024, 65_535), None),
-    "connect_timeout": (_integer(1, 600), DEFAULT_CONNECT_TIMEOUT),
+PARAMS: dict[str, tuple[parameters.Check, Any]] = {
+    "topology": (parameters.choice(*TOPOLOGIES), "pairs"),
+    "reverse": (parameters.boolean, False),
+    "bidir": (parameters.boolean, False),
+    "parallel": (parameters.integer(1, 128), 1),
+    "duration": (parameters.integer(1, 86_400), DEFAULT_DURATION),
+    "omit": (parameters.integer(0, 600), 0),
+    "port": (parameters.integer(1024, 65_535), None),
+    "connect_timeout": (parameters.integer(1, 600), DEFAULT_CONNECT_TIMEOUT),
     "bitrate": (_BITRATE, None),  # -b: per stream, as iperf applies it
     "window": (_SIZE, None),  # -w: socket buffer size
     "length": (_SIZE, None),  # -l: read/write buffer length
     "interface_address": (_interface_addresses, {}),
+    "udp": (parameters.boolean, False),  # -u: UDP at ``bitrate`` (iperf's default 1 Mbit/s without it)
 }
 
 
 def _checked(key: str, value: Any) -> Any:
-    check, _ = PARAMS[key]
-    try:
-        return check(value)
-    except ValueError as exc:
-        raise ParamError(key, str(exc)) from None
+    return parameters.checked(key, PARAMS[key][0], value)
 
 
 # --- topology and commands ------------------------------------------------------------------------------------
@@ -384,8 +363,10 @@ class _Iperf(Benchmark):
     default_port: ClassVar[int]
     # Parameters the tool cannot honour, with the reason given back.
     unsupported: ClassVar[dict[str, str]] = {}
+    # UDP in the forward direction only: the receiver's report of a reverse or full-duplex UDP test is not read.
+    udp_forward_only: ClassVar[bool] = False
 
-    def server_argv(self, port: int, address: str) -> list[str]:
+    def server_argv(self, port: int, address: str, udp: bool) -> list[str]:
         raise NotImplementedError
 
     def client_argv(self, p: _Params, flow: _Flow) -> list[str]:
@@ -411,6 +392,8 @@ class _Iperf(Benchmark):
             raise ParamError("bidir", "reverse and bidir exclude each other: bidir already runs both directions")
         if merged["omit"] >= merged["duration"]:
             raise ParamError("omit", f"must be shorter than duration ({merged['duration']} s)")
+        if self.udp_forward_only and merged["udp"] and (merged["reverse"] or merged["bidir"]):
+            raise ParamError("udp", f"{self.kind} UDP is read in the forward direction only; use iperf3 for reverse")
         return _Params(**merged)
 
     def validate(self, params: dict[str, Any]) -> None:
@@ -436,18 +419,22 @@ class _Iperf(Benchmark):
         sending = [_Flow(hosts[r].name, addresses[r], p.port + me, addresses[me]) for s, r in flows if s == me]
         commands = []
         if serving:
-            commands.append(self._service(serving, addresses[me], host.env))
+            commands.append(self._service(serving, addresses[me], host.env, p.udp))
         if sending:
             commands.append(self._clients(p, sending, host.env))
         if not commands:
             return None
         return commands[0] if len(commands) == 1 else commands
 
-    def _service(self, flows: list[_Flow], address: str, env: dict[str, str]) -> HostCommand:
-        plan = {
+    def _service(self, flows: list[_Flow], address: str, env: dict[str, str], udp: bool) -> HostCommand:
+        plan: dict[str, Any] = {
             "address": address,
-            "servers": [{"peer": f.peer, "port": f.port, "argv": self.server_argv(f.port, address)} for f in flows],
+            "servers": [
+                {"peer": f.peer, "port": f.port, "argv": self.server_argv(f.port, address, udp)} for f in flows
+            ],
         }
+        if udp:
+            plan["udp"] = True  # "ready" then also accepts the port bound for UDP (an iperf 2 UDP server)
         return HostCommand(
             argv=["python3", HELPER, "serve", SERVERS_PLAN],
             files={HELPER: HELPER_SCRIPT, SERVERS_PLAN: json.dumps(plan, indent=1) + "\n"},
@@ -504,6 +491,13 @@ class _Iperf(Benchmark):
                 for d in directions:
                     total = sum(m.value for m in found if m.labels["direction"] == d)
                     out.append(_metric(name, total, "", {"direction": d}))
+        lost = sum(m.value for m in flows if m.name == "lost_packets")
+        packets = sum(m.value for m in flows if m.name == "packets")
+        jitter = [m.value for m in flows if m.name == "jitter_ms"]
+        if jitter:  # UDP: datagram counts add up, the loss is their ratio, the jitter the worst flow's
+            out += [_metric("lost_packets", lost, "", {}), _metric("packets", packets, "", {})]
+            out.append(_metric("lost_percent", 100 * lost / packets if packets else 0.0, "", {}))
+            out.append(_metric("jitter_ms", max(jitter), "", {}))
         return out
 
     def missing(self, metrics: list[Metric], hosts: list[str]) -> list[str]:
@@ -528,15 +522,34 @@ class _Iperf(Benchmark):
         ]
 
 
+@dataclass(frozen=True)
+class _Datagrams:
+    """A UDP flow as its receiver counted it."""
+
+    jitter_ms: float
+    lost: float
+    packets: float
+
+    def values(self) -> dict[str, float]:
+        percent = 100 * self.lost / self.packets if self.packets else 0.0
+        return {
+            "jitter_ms": self.jitter_ms,
+            "lost_packets": self.lost,
+            "packets": self.packets,
+            "lost_percent": percent,
+        }
+
+
 @dataclass
 class _Result:
-    """One client's results: throughput (and retransmits) per direction, CPU use."""
+    """One client's results: throughput (and retransmits, or UDP datagram counts) per direction, CPU use."""
 
     peer: str
     throughput: dict[str, float]
     retransmits: dict[str, float] = field(default_factory=dict)
     cpu_local: float | None = None
     cpu_remote: float | None = None
+    datagrams: dict[str, _Datagrams] = field(default_factory=dict)
 
     def metrics(self, host: str, peer: str) -> list[Metric]:
         out: list[Metric] = []
@@ -545,6 +558,8 @@ class _Result:
             out.append(_metric("throughput_bps", bps, host, labels))
             if direction in self.retransmits:
                 out.append(_metric("retransmits", self.retransmits[direction], host, labels))
+            if direction in self.datagrams:
+                out += [_metric(k, v, host, labels) for k, v in self.datagrams[direction].values().items()]
         if self.cpu_local is not None:
             out.append(_metric("cpu_local_percent", self.cpu_local, host, {"peer": peer}))
         if self.cpu_remote is not None:
@@ -657,8 +672,8 @@ def read_iperf3(text: str) -> _Result:
     start = _object(doc.get("start"))
     test = _object(start.get("test_start"))
     protocol = test.get("protocol", "TCP")
-    if protocol != "TCP":
-        raise ParseError(f"iperf3 ran a {protocol} test; rackbench reads TCP results only")
+    if protocol not in ("TCP", "UDP"):
+        raise ParseError(f"iperf3 ran a {protocol} test; rackbench reads TCP and UDP results only")
     end = _object(doc.get("end"))
     if repeated & {"sum_sent", "sum_received"}:
         raise ParseError(
@@ -666,10 +681,10 @@ def read_iperf3(text: str) -> _Result:
             "and cannot be read apart; use iperf3 3.11 or later, or run reverse and forward separately"
         )
     forward = RECEIVE if test.get("reverse") else SEND
-    result = _Result(
-        peer=str(_object(start.get("connecting_to")).get("host", "")),
-        throughput={forward: _received(end, "sum_received", "sum_sent")},
-    )
+    peer = str(_object(start.get("connecting_to")).get("host", ""))
+    if protocol == "UDP":
+        return _iperf3_udp(end, test, forward, peer)
+    result = _Result(peer=peer, throughput={forward: _received(end, "sum_received", "sum_sent")})
     directions = [(forward, "sum_sent")]
     if "sum_received_bidir_reverse" in end or test.get("bidir"):
         result.throughput[RECEIVE] = _received(end, "sum_received_bidir_reverse", "sum_sent_bidir_reverse")
@@ -681,6 +696,37 @@ def read_iperf3(text: str) -> _Result:
     cpu = _object(end.get("cpu_utilization_percent"))
     result.cpu_local = _number(cpu.get("host_total"))
     result.cpu_remote = _number(cpu.get("remote_total"))
+    return result
+
+
+def _udp_counts(summary: dict[str, Any], where: str) -> _Datagrams:
+    values = [_number(summary.get(k)) for k in ("jitter_ms", "lost_packets", "packets")]
+    jitter, lost, packets = values
+    if jitter is None or lost is None or packets is None:
+        raise ParseError(f"iperf3's UDP JSON has no jitter_ms, lost_packets and packets in end.{where}")
+    return _Datagrams(jitter_ms=jitter, lost=lost, packets=packets)
+
+
+def _iperf3_udp(end: dict[str, Any], test: dict[str, Any], forward: str, peer: str) -> _Result:
+    """UDP: the receiver's view. iperf3 3.12 gives it as end.sum_received (and sum_received_bidir_reverse); 3.1.3
+    has only end.sum, the sender's rate with the receiver's jitter and datagram counts: its received rate is then
+    the datagrams that arrived times their size (test_start.blksize) over the test's seconds."""
+    result = _Result(peer=peer, throughput={})
+    if "sum_received" in end:
+        pairs = [(forward, "sum_received")]
+        if "sum_received_bidir_reverse" in end or test.get("bidir"):
+            pairs.append((RECEIVE, "sum_received_bidir_reverse"))
+        for direction, key in pairs:
+            result.throughput[direction] = _received(end, key, key.replace("received", "sent"))
+            result.datagrams[direction] = _udp_counts(_object(end.get(key)), key)
+        return result
+    summary = _object(end.get("sum"))
+    counts = _udp_counts(summary, "sum")
+    size, seconds = _number(test.get("blksize")), _number(summary.get("seconds"))
+    if not size or not seconds:
+        raise ParseError("iperf3's UDP JSON gives no datagram size (test_start.blksize) or test length (end.sum)")
+    result.throughput[forward] = (counts.packets - counts.lost) * size * 8 / seconds
+    result.datagrams[forward] = counts
     return result
 
 
@@ -705,11 +751,40 @@ def _bits_per_second(match: re.Match[str]) -> float:
     return rate * 1000**power if match["unit"] == "bits" else rate * 8 * 1024**power
 
 
+# A UDP server report's last columns: "   0.000 ms 0/8919 (0%)" (2.1), "   0.020 ms    0/  893 (0%)" (2.0).
+_DATAGRAMS = re.compile(r"(?P<jitter>[0-9.]+) ms\s+(?P<lost>[0-9]+)\s*/\s*(?P<total>[0-9]+)\s+\(")
+
+
+def _iperf2_udp(text: str, connecting: re.Match[str] | None) -> _Result:
+    """UDP: each stream's "Server Report" (what the receiver counted), summed over the streams; the client's own
+    lines and its [SUM] are what it sent, not what arrived."""
+    reports: dict[str, tuple[re.Match[str], re.Match[str]]] = {}
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if not line.rstrip().endswith("Server Report:"):
+            continue
+        for following in lines[i + 1 : i + 3]:
+            report, counts = _REPORT.match(following), _DATAGRAMS.search(following)
+            if report and counts:
+                reports[report["id"].strip()] = (report, counts)
+                break
+    if not reports:
+        raise ParseError("iperf printed no UDP Server Report (the receiver's count): the server did not answer")
+    bps = sum(_bits_per_second(report) for report, _ in reports.values())
+    found = [c for _, c in reports.values()]
+    datagrams = _Datagrams(
+        jitter_ms=max(float(c["jitter"]) for c in found),
+        lost=sum(float(c["lost"]) for c in found),
+        packets=sum(float(c["total"]) for c in found),
+    )
+    return _Result(peer=connecting["host"] if connecting else "", throughput={SEND: bps}, datagrams={SEND: datagrams})
+
+
 def read_iperf2(text: str, stderr: str = "") -> _Result:
     """iperf 2 prints "write failed: ..." (a test cut short) on stderr, or in its output on some systems."""
     connecting = _CONNECTING.search(text)
-    if connecting and connecting["protocol"] != "TCP":
-        raise ParseError(f"iperf ran a {connecting['protocol']} test; rackbench reads TCP results only")
+    if connecting and connecting["protocol"] not in ("TCP", "UDP"):
+        raise ParseError(f"iperf ran a {connecting['protocol']} test; rackbench reads TCP and UDP results only")
     failures = _FAILED.findall(text) + _FAILED.findall(stderr)
     if failures:
         raise ParseError(f"iperf reported: {'; '.join(dict.fromkeys(f.strip() for f in failures))}")
@@ -719,6 +794,8 @@ def read_iperf2(text: str, stderr: str = "") -> _Result:
             finals[re.sub(r"\s", "", match["id"])] = match
     if not finals:
         raise ParseError("no iperf result line found (a '[ ID]  0.0-10.0 sec ... bits/sec' report)")
+    if connecting and connecting["protocol"] == "UDP":
+        return _iperf2_udp(text, connecting)
     streams = {key: m for key, m in finals.items() if key.lstrip("*") != "SUM"}
     directions = {RECEIVE if key.startswith("*") else SEND for key in streams}
     total = finals.get("SUM") or finals.get("*SUM")
@@ -754,8 +831,8 @@ class Iperf3(_Iperf):
     version_argv = ["iperf3", "--version"]
     default_port = 5201
 
-    def server_argv(self, port: int, address: str) -> list[str]:
-        return ["iperf3", "-s", "-p", str(port), "-B", address]
+    def server_argv(self, port: int, address: str, udp: bool) -> list[str]:
+        return ["iperf3", "-s", "-p", str(port), "-B", address]  # an iperf3 server takes TCP and UDP tests
 
     def client_argv(self, p: _Params, flow: _Flow) -> list[str]:
         argv = ["iperf3", "-c", flow.address, "-p", str(flow.port), "-B", flow.own_address, "-J"]
@@ -766,6 +843,8 @@ class Iperf3(_Iperf):
             argv.append("-R")
         if p.bidir:
             argv.append("--bidir")
+        if p.udp:
+            argv.append("-u")
         return argv + _tuning(p)
 
     def read(self, text: str, stderr: str = "") -> _Result:
@@ -782,9 +861,10 @@ class Iperf2(_Iperf):
         "omit": "iperf 2 cannot leave out the first seconds (-O is iperf3's); use iperf3",
         "connect_timeout": "iperf 2 has no connect timeout (--connect-timeout is iperf3's); use iperf3",
     }
+    udp_forward_only = True
 
-    def server_argv(self, port: int, address: str) -> list[str]:
-        return ["iperf", "-s", "-p", str(port), "-B", address]
+    def server_argv(self, port: int, address: str, udp: bool) -> list[str]:
+        return ["iperf", "-s", "-p", str(port), "-B", address, *(["-u"] if udp else [])]
 
     def client_argv(self, p: _Params, flow: _Flow) -> list[str]:
         # -f b: rates in bits/sec, unrounded (the default adaptive units keep three digits)
@@ -794,6 +874,8 @@ class Iperf2(_Iperf):
             argv.append("-R")
         if p.bidir:
             argv.append("--full-duplex")
+        if p.udp:
+            argv.append("-u")
         return argv + _tuning(p)
 
     def read(self, text: str, stderr: str = "") -> _Result:

@@ -37,6 +37,7 @@ import math
 import re
 from typing import Any
 
+from common import parameters
 from plugins.benchmarks.base import (
     Metric,
     MetricSpec,
@@ -90,18 +91,11 @@ _UNITS = {spec.name: spec.unit for spec in METRICS}
 
 def _count(params: dict[str, Any], name: str, low: int, high: int = MAX_COUNT) -> int | None:
     value = params.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ParamError(name, f"must be a whole number from {low} to {high}, got {value!r}")
-    return value
+    return None if value is None else parameters.checked(name, parameters.integer(low, high), value)
 
 
 def _flag(params: dict[str, Any], name: str, default: bool = False) -> bool:
-    value = params.get(name, default)
-    if not isinstance(value, bool):
-        raise ParamError(name, f"must be true or false, got {value!r}")
-    return value
+    return bool(parameters.checked(name, parameters.boolean, params.get(name, default)))
 
 
 def _path(value: Any, name: str) -> str:

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from common import parameters
 from plugins.benchmarks import training as t
 from plugins.benchmarks.base import HostCommand, HostContext, Metric, MetricSpec, ParseError, register
 
@@ -43,38 +44,42 @@ EVAL_ACCURACY = MetricSpec("eval_accuracy", "ratio", True, "last evaluation's to
 EPOCHS = MetricSpec("epochs", "epochs", False, "epochs run until the target accuracy was reached")
 
 OPTIONS: dict[str, t.Option] = {
-    "batch_size": t.Option("--batch-size", t.integer(1, 65536), "space"),
-    "kv_store": t.Option("--kv-store", t.choice("horovod", "device", "local", "nccl"), "space"),
-    "lr": t.Option("--lr", t.number(0, 1000), "space"),
-    "mom": t.Option("--mom", t.number(0, 1), "space"),
-    "lr_step_epochs": t.Option("--lr-step-epochs", t.matching(r"pow2|\d+(,\d+)*", "pow2 or epochs as 30,60"), "space"),
-    "lars_eta": t.Option("--lars-eta", t.number(0, 1), "space"),
-    "label_smoothing": t.Option("--label-smoothing", t.number(0, 1), "space"),
-    "wd": t.Option("--wd", t.number(0, 1), "space"),
-    "warmup_epochs": t.Option("--warmup-epochs", t.integer(0, 1000), "space"),
-    "eval_period": t.Option("--eval-period", t.integer(1, 1000), "space"),
-    "eval_offset": t.Option("--eval-offset", t.integer(0, 1000), "space"),
-    "optimizer": t.Option("--optimizer", t.matching(r"[a-z][a-z0-9_]{0,31}", "an optimizer name"), "space"),
-    "network": t.Option("--network", t.matching(r"[a-z][a-z0-9_-]{0,63}", "a network name"), "space"),
-    "num_layers": t.Option("--num-layers", t.integer(1, 1000), "space"),
-    "num_epochs": t.Option("--num-epochs", t.integer(1, 1000), "space"),
-    "accuracy_threshold": t.Option("--accuracy-threshold", t.number(0, 1), "space"),
-    "seed": t.Option("--seed", t.integer(0, t.MAX_INT), "space"),
-    "dtype": t.Option("--dtype", t.choice("float16", "float32"), "space"),
-    "disp_batches": t.Option("--disp-batches", t.integer(1, 100_000), "space"),
-    "image_shape": t.Option("--image-shape", t.matching(r"\d{1,4},\d{1,4},\d{1,4}", "channels,height,width"), "space"),
-    "input_layout": t.Option("--input-layout", t.choice("NCHW", "NHWC"), "space"),
-    "conv_layout": t.Option("--conv-layout", t.choice("NCHW", "NHWC"), "space"),
-    "batchnorm_layout": t.Option("--batchnorm-layout", t.choice("NCHW", "NHWC"), "space"),
-    "pooling_layout": t.Option("--pooling-layout", t.choice("NCHW", "NHWC"), "space"),
-    "dali_threads": t.Option("--dali-threads", t.integer(1, 256), "space"),
-    "dali_prefetch_queue": t.Option("--dali-prefetch-queue", t.integer(1, 64), "space"),
-    "use_dali": t.Option("--use-dali", t.boolean, "switch"),
+    "batch_size": t.Option("--batch-size", parameters.integer(1, 65536), "space"),
+    "kv_store": t.Option("--kv-store", parameters.choice("horovod", "device", "local", "nccl"), "space"),
+    "lr": t.Option("--lr", parameters.number(0, 1000), "space"),
+    "mom": t.Option("--mom", parameters.number(0, 1), "space"),
+    "lr_step_epochs": t.Option(
+        "--lr-step-epochs", parameters.matching(r"pow2|\d+(,\d+)*", "pow2 or epochs as 30,60"), "space"
+    ),
+    "lars_eta": t.Option("--lars-eta", parameters.number(0, 1), "space"),
+    "label_smoothing": t.Option("--label-smoothing", parameters.number(0, 1), "space"),
+    "wd": t.Option("--wd", parameters.number(0, 1), "space"),
+    "warmup_epochs": t.Option("--warmup-epochs", parameters.integer(0, 1000), "space"),
+    "eval_period": t.Option("--eval-period", parameters.integer(1, 1000), "space"),
+    "eval_offset": t.Option("--eval-offset", parameters.integer(0, 1000), "space"),
+    "optimizer": t.Option("--optimizer", parameters.matching(r"[a-z][a-z0-9_]{0,31}", "an optimizer name"), "space"),
+    "network": t.Option("--network", parameters.matching(r"[a-z][a-z0-9_-]{0,63}", "a network name"), "space"),
+    "num_layers": t.Option("--num-layers", parameters.integer(1, 1000), "space"),
+    "num_epochs": t.Option("--num-epochs", parameters.integer(1, 1000), "space"),
+    "accuracy_threshold": t.Option("--accuracy-threshold", parameters.number(0, 1), "space"),
+    "seed": t.Option("--seed", parameters.integer(0, t.MAX_INT), "space"),
+    "dtype": t.Option("--dtype", parameters.choice("float16", "float32"), "space"),
+    "disp_batches": t.Option("--disp-batches", parameters.integer(1, 100_000), "space"),
+    "image_shape": t.Option(
+        "--image-shape", parameters.matching(r"\d{1,4},\d{1,4},\d{1,4}", "channels,height,width"), "space"
+    ),
+    "input_layout": t.Option("--input-layout", parameters.choice("NCHW", "NHWC"), "space"),
+    "conv_layout": t.Option("--conv-layout", parameters.choice("NCHW", "NHWC"), "space"),
+    "batchnorm_layout": t.Option("--batchnorm-layout", parameters.choice("NCHW", "NHWC"), "space"),
+    "pooling_layout": t.Option("--pooling-layout", parameters.choice("NCHW", "NHWC"), "space"),
+    "dali_threads": t.Option("--dali-threads", parameters.integer(1, 256), "space"),
+    "dali_prefetch_queue": t.Option("--dali-prefetch-queue", parameters.integer(1, 64), "space"),
+    "use_dali": t.Option("--use-dali", parameters.boolean, "switch"),
 }
 CHECKS = {
     **t.COMMON,
-    "data_source": t.choice("storage"),
-    "gpus_per_rank": t.integer(1, 64),
+    "data_source": parameters.choice("storage"),
+    "gpus_per_rank": parameters.integer(1, 64),
     **{name: option.check for name, option in OPTIONS.items()},
 }
 DATA_FILES = (

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from common import parameters
 from plugins.benchmarks.base import (
     Benchmark,
     HostCommand,
@@ -103,8 +104,7 @@ _UNITS = {spec.name: spec.unit for spec in METRICS}
 
 # --- parameters ---------------------------------------------------------------------------------------------------
 
-_SIZE = re.compile(r"([0-9]+)\s*([KMGkmg]?)")
-_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}  # nccl-tests' own units: K, M and G are binary
+_SIZE = parameters.size(1, MAX_BYTES_LIMIT, units="kmg")  # nccl-tests' own units: K, M and G are binary
 _PATH = re.compile(r"/[A-Za-z0-9._+/-]*")
 _SUFFIX = re.compile(r"[A-Za-z0-9_]{0,32}")
 _NET_NAME = re.compile(r"[A-Za-z][A-Za-z0-9 _-]{0,31}")
@@ -187,35 +187,16 @@ class Config:
 
 def _integer(params: dict[str, Any], name: str, low: int, high: int) -> int | None:
     value = params.get(name)
-    if value is None:
-        return None
-    if isinstance(value, str) and re.fullmatch(r"[0-9]+", value.strip()):
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ParamError(name, f"must be a whole number from {low} to {high}, got {value!r}")
-    return value
+    return None if value is None else parameters.checked(name, parameters.integer(low, high), value)
 
 
 def _size(params: dict[str, Any], name: str, default: int) -> int:
-    value = params.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ParamError(name, f"must be a number of bytes such as 8, 65536 or 128M, got {value!r}")
-    match = _SIZE.fullmatch(str(value).strip())
-    if not match:
-        raise ParamError(name, f"must be a number of bytes, optionally with K, M or G (binary units), got {value!r}")
-    size = int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
-    if not 1 <= size <= MAX_BYTES_LIMIT:
-        raise ParamError(name, f"must be from 1 byte to 1T, got {value!r}")
-    return size
+    return parameters.size_bytes(parameters.checked(name, _SIZE, params.get(name, default)))
 
 
 def _choice(params: dict[str, Any], name: str, allowed: tuple[str, ...], default: str | None = None) -> str | None:
     value = params.get(name, default)
-    if value is None:
-        return None
-    if value not in allowed:
-        raise ParamError(name, f"must be one of {', '.join(allowed)}; got {value!r}")
-    return str(value)
+    return None if value is None else parameters.checked(name, parameters.choice(*allowed), value)
 
 
 def _binary_dir(params: dict[str, Any]) -> str:
@@ -241,6 +222,8 @@ def parse_transport_expectation(value: Any) -> Transport:
     if not isinstance(value, str) or not value.strip():
         raise ValueError("must be a transport such as NET/IB/GDRDMA, NET/IB, NET/Socket, P2P or SHM")
     parts = [p.strip() for p in value.strip().split("/") if p.strip() and not _DEVICE_SEGMENT.fullmatch(p.strip())]
+    if not parts:
+        raise ValueError(f"must be a transport such as NET/IB/GDRDMA, NET/IB, NET/Socket, P2P or SHM, got {value!r}")
     kind, rest = parts[0].upper(), parts[1:]
     if kind == "NET":
         gdrdma = bool(rest) and rest[-1].upper() == "GDRDMA"

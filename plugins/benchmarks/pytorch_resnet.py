@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from common import parameters
 from plugins.benchmarks import training as t
 from plugins.benchmarks.base import HostCommand, HostContext, Metric, MetricSpec, ParamError, ParseError, register
 
@@ -42,20 +43,20 @@ RANK_ENV_SCRIPT = (
 )
 DATA_BACKENDS = ("synthetic", "dali-cpu", "dali-gpu", "pytorch")
 OPTIONS: dict[str, t.Option] = {
-    "arch": t.Option("--arch", t.matching(r"[a-z][a-z0-9_-]{0,63}", "a model name such as resnet50"), "space"),
-    "data_backend": t.Option("--data-backend", t.choice(*DATA_BACKENDS), "space"),
-    "workers": t.Option("--workers", t.integer(0, 256), "space"),
-    "epochs": t.Option("--epochs", t.integer(1, 10_000), "space"),
-    "batch_size": t.Option("--batch-size", t.integer(1, 65536), "space"),
-    "prof": t.Option("--prof", t.integer(1, 100_000_000), "space"),
-    "print_freq": t.Option("--print-freq", t.integer(1, 100_000), "space"),
-    "amp": t.Option("--amp", t.boolean, "switch"),
-    "static_loss_scale": t.Option("--static-loss-scale", t.number(1, 2**24), "space"),
-    "memory_format": t.Option("--memory-format", t.choice("nchw", "nhwc"), "space"),
-    "training_only": t.Option("--training-only", t.boolean, "switch"),
-    "no_checkpoints": t.Option("--no-checkpoints", t.boolean, "switch"),
+    "arch": t.Option("--arch", parameters.matching(r"[a-z][a-z0-9_-]{0,63}", "a model name such as resnet50"), "space"),
+    "data_backend": t.Option("--data-backend", parameters.choice(*DATA_BACKENDS), "space"),
+    "workers": t.Option("--workers", parameters.integer(0, 256), "space"),
+    "epochs": t.Option("--epochs", parameters.integer(1, 10_000), "space"),
+    "batch_size": t.Option("--batch-size", parameters.integer(1, 65536), "space"),
+    "prof": t.Option("--prof", parameters.integer(1, 100_000_000), "space"),
+    "print_freq": t.Option("--print-freq", parameters.integer(1, 100_000), "space"),
+    "amp": t.Option("--amp", parameters.boolean, "switch"),
+    "static_loss_scale": t.Option("--static-loss-scale", parameters.number(1, 2**24), "space"),
+    "memory_format": t.Option("--memory-format", parameters.choice("nchw", "nhwc"), "space"),
+    "training_only": t.Option("--training-only", parameters.boolean, "switch"),
+    "no_checkpoints": t.Option("--no-checkpoints", parameters.boolean, "switch"),
 }
-CHECKS = {**t.COMMON, "master_port": t.integer(1024, 65535), **{n: o.check for n, o in OPTIONS.items()}}
+CHECKS = {**t.COMMON, "master_port": parameters.integer(1024, 65535), **{n: o.check for n, o in OPTIONS.items()}}
 
 _DLL = re.compile(r"DLL [0-9-]+ [0-9:.]+ - (PARAMETER|Summary:|Epoch: (\d+)(?:\s+Iteration: \d+)?)")
 _FIELD = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*) : (\S+)")

@@ -35,6 +35,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from common import parameters
 from plugins.benchmarks.base import (
     Benchmark,
     HostCommand,
@@ -75,9 +76,8 @@ KNOWN = frozenset(
 PATTERN = re.compile(r"[A-Za-z0-9._*?\[\]/-]{1,256}")
 SUBDIR = re.compile(r"[A-Za-z0-9._/-]{1,1024}")
 PROGRAM = re.compile(r"[A-Za-z0-9_.+/-]{1,255}")
-SIZE = re.compile(r"([1-9][0-9]{0,12})([kKmMgG]?)")
-SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 MAX_RECORD = 1 << 32
+_RECORD_SIZE = parameters.size(1, MAX_RECORD, units="kmg")
 
 METRICS = (
     MetricSpec("read_mb_per_sec", "MB/s", True, "read throughput (10^6 bytes/s): per rank, and summed over ranks"),
@@ -98,18 +98,12 @@ def _number(params: dict[str, Any], name: str, low: float, high: float, *, whole
     value = params.get(name)
     if value is None:
         return None
-    kinds = (int,) if whole else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not low <= value <= high:
-        kind = "a whole number" if whole else "a number"
-        raise ParamError(name, f"must be {kind} from {low:g} to {high:g}, got {value!r}")
-    return value
+    check = parameters.integer(int(low), int(high)) if whole else parameters.number(low, high)
+    return parameters.checked(name, check, value)
 
 
 def _flag(params: dict[str, Any], name: str, default: bool) -> bool:
-    value = params.get(name, default)
-    if not isinstance(value, bool):
-        raise ParamError(name, f"must be true or false, got {value!r}")
-    return value
+    return bool(parameters.checked(name, parameters.boolean, params.get(name, default)))
 
 
 def _matching(params: dict[str, Any], name: str, regex: re.Pattern[str], default: str, what: str) -> str:
@@ -128,14 +122,7 @@ def _relative(params: dict[str, Any], name: str, regex: re.Pattern[str], default
 
 def _record_size(params: dict[str, Any]) -> int | None:
     value = params.get("record_size")
-    if value is None:
-        return None
-    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-    match = SIZE.fullmatch(text) if isinstance(text, str) else None
-    size = int(match.group(1)) * SIZE_UNITS[match.group(2).lower()] if match else 0
-    if not 1 <= size <= MAX_RECORD:
-        raise ParamError("record_size", f"must be a size from 1 byte to 4g, such as 4096, 128k or 1m; got {value!r}")
-    return size
+    return None if value is None else parameters.size_bytes(parameters.checked("record_size", _RECORD_SIZE, value))
 
 
 def _directories(host: HostContext) -> list[str]:

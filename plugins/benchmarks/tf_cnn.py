@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from common import parameters
 from plugins.benchmarks import training as t
 from plugins.benchmarks.base import HostCommand, HostContext, Metric, ParamError, ParseError, register
 
@@ -47,34 +48,36 @@ VARIABLE_UPDATES = (
 # tf_cnn_benchmarks flags a campaign may set, in the seeds' order. Booleans are written --flag=True/False as the seeds
 # do, except distortions, which the seeds write --nodistortions.
 OPTIONS: dict[str, t.Option] = {
-    "model": t.Option("--model", t.matching(MODELS.pattern, "a tf_cnn_benchmarks model name such as resnet50")),
-    "batch_size": t.Option("--batch_size", t.integer(1, 65536)),
-    "batch_group_size": t.Option("--batch_group_size", t.integer(1, 1024)),
-    "num_batches": t.Option("--num_batches", t.integer(1, 100_000_000)),
-    "num_warmup_batches": t.Option("--num_warmup_batches", t.integer(0, 100_000)),
-    "display_every": t.Option("--display_every", t.integer(1, 100_000)),
-    "distortions": t.Option("--distortions", t.boolean),
-    "num_gpus": t.Option("--num_gpus", t.integer(1, 64)),
-    "device": t.Option("--device", t.choice("gpu", "cpu")),
-    "force_gpu_compatible": t.Option("--force_gpu_compatible", t.boolean),
-    "data_format": t.Option("--data_format", t.choice("NCHW", "NHWC")),
-    "use_fp16": t.Option("--use_fp16", t.boolean),
-    "xla": t.Option("--xla", t.boolean),
-    "use_tf_layers": t.Option("--use_tf_layers", t.boolean),
-    "data_name": t.Option("--data_name", t.choice("imagenet", "cifar10")),
-    "use_datasets": t.Option("--use_datasets", t.boolean),
-    "num_intra_threads": t.Option("--num_intra_threads", t.integer(0, 4096)),
-    "num_inter_threads": t.Option("--num_inter_threads", t.integer(0, 4096)),
-    "datasets_prefetch_buffer_size": t.Option("--datasets_prefetch_buffer_size", t.integer(1, 100_000)),
-    "datasets_num_private_threads": t.Option("--datasets_num_private_threads", t.integer(1, 4096)),
-    "optimizer": t.Option("--optimizer", t.choice("sgd", "momentum", "rmsprop", "adam")),
+    "model": t.Option(
+        "--model", parameters.matching(MODELS.pattern, "a tf_cnn_benchmarks model name such as resnet50")
+    ),
+    "batch_size": t.Option("--batch_size", parameters.integer(1, 65536)),
+    "batch_group_size": t.Option("--batch_group_size", parameters.integer(1, 1024)),
+    "num_batches": t.Option("--num_batches", parameters.integer(1, 100_000_000)),
+    "num_warmup_batches": t.Option("--num_warmup_batches", parameters.integer(0, 100_000)),
+    "display_every": t.Option("--display_every", parameters.integer(1, 100_000)),
+    "distortions": t.Option("--distortions", parameters.boolean),
+    "num_gpus": t.Option("--num_gpus", parameters.integer(1, 64)),
+    "device": t.Option("--device", parameters.choice("gpu", "cpu")),
+    "force_gpu_compatible": t.Option("--force_gpu_compatible", parameters.boolean),
+    "data_format": t.Option("--data_format", parameters.choice("NCHW", "NHWC")),
+    "use_fp16": t.Option("--use_fp16", parameters.boolean),
+    "xla": t.Option("--xla", parameters.boolean),
+    "use_tf_layers": t.Option("--use_tf_layers", parameters.boolean),
+    "data_name": t.Option("--data_name", parameters.choice("imagenet", "cifar10")),
+    "use_datasets": t.Option("--use_datasets", parameters.boolean),
+    "num_intra_threads": t.Option("--num_intra_threads", parameters.integer(0, 4096)),
+    "num_inter_threads": t.Option("--num_inter_threads", parameters.integer(0, 4096)),
+    "datasets_prefetch_buffer_size": t.Option("--datasets_prefetch_buffer_size", parameters.integer(1, 100_000)),
+    "datasets_num_private_threads": t.Option("--datasets_num_private_threads", parameters.integer(1, 4096)),
+    "optimizer": t.Option("--optimizer", parameters.choice("sgd", "momentum", "rmsprop", "adam")),
     "train_dir": t.Option("--train_dir", t.absolute_path),
-    "sync_on_finish": t.Option("--sync_on_finish", t.boolean),
-    "summary_verbosity": t.Option("--summary_verbosity", t.integer(0, 3)),
-    "save_summaries_steps": t.Option("--save_summaries_steps", t.integer(0, t.MAX_INT)),
-    "save_model_secs": t.Option("--save_model_secs", t.integer(0, t.MAX_INT)),
-    "variable_update": t.Option("--variable_update", t.choice(*VARIABLE_UPDATES)),
-    "horovod_device": t.Option("--horovod_device", t.choice("gpu", "cpu")),
+    "sync_on_finish": t.Option("--sync_on_finish", parameters.boolean),
+    "summary_verbosity": t.Option("--summary_verbosity", parameters.integer(0, 3)),
+    "save_summaries_steps": t.Option("--save_summaries_steps", parameters.integer(0, t.MAX_INT)),
+    "save_model_secs": t.Option("--save_model_secs", parameters.integer(0, t.MAX_INT)),
+    "variable_update": t.Option("--variable_update", parameters.choice(*VARIABLE_UPDATES)),
+    "horovod_device": t.Option("--horovod_device", parameters.choice("gpu", "cpu")),
 }
 DEFAULTS = {
     "model": "resnet50",

@@ -44,11 +44,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from common import parameters
 from plugins.benchmarks.base import Benchmark, HostCommand, HostContext, Metric, MetricSpec, ParamError
 from plugins.benchmarks.nccl import transport_env, transport_problem
 from plugins.launchers.mpi import MPI_PARAMS, mpirun_argv, options_from_params, rank_count
@@ -94,64 +95,13 @@ def derived(total: float | None, gpus: int | None, record_size_bytes: float | No
 
 # --- parameter checks ----------------------------------------------------------------------------------------
 
-Check = Callable[[Any], Any]  # returns the checked value; raises ValueError with the reason
-
 _PATH_CHARS = r"[A-Za-z0-9._+=,@:/-]"
 
 
 def _string(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError("must be a non-empty string")
-    if len(value) > 1024:
-        raise ValueError("must be at most 1024 characters")
-    return value
-
-
-def integer(low: int, high: int) -> Check:
-    def check(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ValueError(f"must be a whole number from {low} to {high}, got {value!r}")
-        return value
-
-    return check
-
-
-def number(low: float, high: float) -> Check:
-    def check(value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ValueError(f"must be a number, got {value!r}")
-        if not low <= value <= high:
-            raise ValueError(f"must be from {low:g} to {high:g}, got {value!r}")
-        return value
-
-    return check
-
-
-def choice(*allowed: str) -> Check:
-    def check(value: Any) -> str:
-        if value not in allowed:
-            raise ValueError(f"must be one of {', '.join(allowed)}; got {value!r}")
-        return str(value)
-
-    return check
-
-
-def boolean(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"must be true or false, got {value!r}")
-    return value
-
-
-def matching(pattern: str, expected: str) -> Check:
-    regex = re.compile(pattern)
-
-    def check(value: Any) -> str:
-        text = _string(value)
-        if not regex.fullmatch(text):
-            raise ValueError(f"must be {expected}, got {text!r}")
-        return text
-
-    return check
+    if not isinstance(value, str):
+        raise ValueError(f"must be text, got {value!r}")
+    return parameters.text(value)
 
 
 def absolute_path(value: Any) -> str:
@@ -190,7 +140,7 @@ class Option:
     the seeds write them), "space" (``--flag value``, argparse), "switch" (``--flag`` when true, nothing when false)."""
 
     flag: str
-    check: Check
+    check: parameters.Check
     style: str = "eq"
 
     def argv(self, value: Any) -> list[str]:
@@ -206,18 +156,20 @@ def option_argv(options: dict[str, Option], values: dict[str, Any]) -> list[str]
 
 
 # Parameters every training kind takes besides its tool's options.
-COMMON: dict[str, Check] = {
+COMMON: dict[str, parameters.Check] = {
     "script": absolute_path,
     "python": interpreter,
-    "data_source": choice(*DATA_SOURCES),
+    "data_source": parameters.choice(*DATA_SOURCES),
     "data_dir": absolute_path,
-    "data_dirs_round_robin": boolean,
+    "data_dirs_round_robin": parameters.boolean,
     "data_subdir": relative_path,
-    "record_size_bytes": number(1, 1e9),
+    "record_size_bytes": parameters.number(1, 1e9),
 }
 
 
-def checked(params: dict[str, Any], checks: dict[str, Check], required: Sequence[str] = ()) -> dict[str, Any]:
+def checked(
+    params: dict[str, Any], checks: dict[str, parameters.Check], required: Sequence[str] = ()
+) -> dict[str, Any]:
     """Every parameter checked against ``checks`` (the ``mpi_*`` ones are left to options_from_params)."""
     values: dict[str, Any] = {}
     for key, value in params.items():
@@ -232,10 +184,7 @@ def checked(params: dict[str, Any], checks: dict[str, Check], required: Sequence
         if check is None:
             known = ", ".join(sorted([*checks, *MPI_PARAMS]))
             raise ParamError(key, f"unknown parameter (known: {known})")
-        try:
-            values[key] = check(value)
-        except ValueError as exc:
-            raise ParamError(key, str(exc)) from None
+        values[key] = parameters.checked(key, check, value)
     for key in required:
         if key not in values:
             raise ParamError(key, "is required")

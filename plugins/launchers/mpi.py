@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from common import parameters
 from plugins.benchmarks.base import Benchmark, HostCommand, HostContext, HostInfo, Metric, ParamError
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -63,11 +64,7 @@ def options_from_params(params: dict[str, Any], env: dict[str, str] | None = Non
 
     def number(name: str) -> int | None:
         value = params.get(name)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
-            raise ParamError(name, f"must be a whole number from 1 to 65535, got {value!r}")
-        return value
+        return None if value is None else parameters.checked(name, parameters.integer(1, 65535), value)
 
     env = dict(env or {})
     for name in env:
@@ -83,7 +80,7 @@ def options_from_params(params: dict[str, Any], env: dict[str, str] | None = Non
         btl_tcp_if_include=text("mpi_btl_tcp_if_include"),
         map_by=text("mpi_map_by", "slot"),
         bind_to=text("mpi_bind_to", "none"),
-        tag_output=bool(params.get("mpi_tag_output", False)),
+        tag_output=parameters.checked("mpi_tag_output", parameters.boolean, params.get("mpi_tag_output", False)),
         env=env,
     )
 
