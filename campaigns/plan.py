@@ -113,7 +113,7 @@ def container_of(run: Run) -> tuple[ContainerRuntime, ContainerSpec] | None:
 
 
 def container_name(campaign: Any) -> str:
-    return f"rackbench-c{campaign.pk}"
+    return f"rackbench-c{campaign.pk if campaign.pk is not None else 'ID'}"  # ID: a definition not saved yet
 
 
 def build_commands(

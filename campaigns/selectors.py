@@ -7,7 +7,6 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
 from django.db.models import Avg, Count, F, Prefetch, Q, QuerySet
 
 from campaigns import planning
@@ -130,7 +129,7 @@ def _point_commands(
     return hosts
 
 
-def campaign_build_check(*, campaign: Campaign) -> None:
+def campaign_build_check(*, campaign: Campaign, nodes: list[Any] | None = None) -> None:
     """Build every matrix point's commands on its hosts, as its runs will: ParamError names the first refusal.
 
     campaign_apply calls it, so that what apply accepts is what the plug-in builds (a refusal found only when a
@@ -138,17 +137,18 @@ def campaign_build_check(*, campaign: Campaign) -> None:
     from campaigns.services import campaign_target_nodes
 
     benchmark = get_benchmark(campaign.kind)
-    nodes = campaign_target_nodes(campaign=campaign)
+    nodes = campaign_target_nodes(campaign=campaign) if nodes is None else nodes
     for params in planning.expand(campaign.matrix, campaign.fixed, campaign.rules):
         _point_commands(campaign, benchmark, params, nodes)
 
 
-def campaign_preview(*, campaign: Campaign, max_points: int = 50) -> dict[str, Any]:
-    """How many runs the campaign expands to and the exact command of each matrix point on each host."""
+def campaign_preview(*, campaign: Campaign, max_points: int = 50, nodes: list[Any] | None = None) -> dict[str, Any]:
+    """How many runs the campaign expands to and the exact command of each matrix point on each host (``nodes``:
+    its target nodes, for a definition not saved yet)."""
     from campaigns.services import campaign_target_nodes
 
     benchmark = get_benchmark(campaign.kind)
-    nodes = campaign_target_nodes(campaign=campaign)
+    nodes = campaign_target_nodes(campaign=campaign) if nodes is None else nodes
     points = []
     for index, params in enumerate(planning.expand(campaign.matrix, campaign.fixed, campaign.rules)):
         if index >= max_points:
@@ -317,29 +317,16 @@ def _last(text: str, lines: int) -> str:
     return "\n".join(text.rstrip("\n").splitlines()[-lines:])
 
 
-class _Rollback(Exception):
-    pass
+def spec_preview(*, data: dict[str, Any], team: Any, owner: Any = None, max_points: int = 5) -> dict[str, Any]:
+    """What ``campaign_apply(data=data, team=team)`` would create, previewed without writing anything: the same
+    checks (campaign_definition_check) and the exact commands campaign_preview shows for a saved campaign.
+    Raises what apply raises."""
+    from campaigns.services import campaign_definition_check
 
-
-def spec_preview(*, data: dict[str, Any], team: Any, max_points: int = 5) -> dict[str, Any]:
-    """What ``campaign_apply(data=data, team=team)`` would create, previewed without saving anything.
-
-    The definition goes through campaign_apply itself inside a transaction that is always rolled back, so the
-    preview validates exactly as "Create" does (inventory lookups, mounts, run limit) and shows the exact
-    commands campaign_preview shows for a saved campaign. Raises SpecError/CampaignError/ParamError as those do.
-    """
-    from campaigns.services import campaign_apply
-
-    preview: dict[str, Any] = {}
-    try:
-        with transaction.atomic():
-            campaign = campaign_apply(data=data, team=team)
-            preview = campaign_preview(campaign=campaign, max_points=max_points)
-            preview["kind"] = campaign.kind
-            preview["fixed"] = dict(campaign.fixed)
-            raise _Rollback
-    except _Rollback:
-        pass
+    checked = campaign_definition_check(data=data, team=team, owner=owner)
+    preview = campaign_preview(campaign=checked.campaign, max_points=max_points, nodes=checked.targets)
+    preview["kind"] = checked.campaign.kind
+    preview["fixed"] = dict(checked.campaign.fixed)
     return preview
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -57,8 +58,22 @@ def in_team(queryset: QuerySet[Any], team: Team | None) -> QuerySet[Any]:
     return queryset.filter(Q(team=None) | Q(team=team)) if team is not None else queryset.filter(team=None)
 
 
-def campaign_apply(*, data: dict[str, Any], owner: Any = None, team: Team | None = None) -> Campaign:
-    """Create or update a campaign of ``team`` from its definition (campaign as code). All or nothing."""
+@dataclass
+class Definition:
+    """A campaign definition checked against the inventory and built on its hosts, nothing saved: ``campaign`` is
+    an unsaved row with every field set (or the existing draft's pk), ``nodes``/``tags`` what it names, ``targets``
+    the nodes its runs use."""
+
+    campaign: Campaign
+    nodes: list[Node]
+    tags: list[Tag]
+    targets: list[Node]
+
+
+def campaign_definition_check(*, data: dict[str, Any], owner: Any = None, team: Team | None = None) -> Definition:
+    """Everything ``campaign_apply`` checks, without writing: the spec, the run limit, the inventory it names, the
+    team rules, and every point built on its hosts (a refusal names the field). Previews call it; apply calls it
+    and saves."""
     spec = spec_module.validate(data)
     limit = settings.RACKBENCH["MAX_RUNS_PER_CAMPAIGN"]
     size = planning.product_size(spec["matrix"], spec["rules"])
@@ -78,7 +93,8 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None, team: Team | None
     nodes = _resolve_nodes(spec["nodes"], team)
     tags = _resolve_tags(spec["node_tags"], team)
     storage = _resolve_storage(spec["storage"], team)
-    _check_node_axis(spec, available=len(select_nodes(nodes, tags, team)))
+    targets = select_nodes(nodes, tags, team)
+    _check_node_axis(spec, available=len(targets))
     if spec["mounts"]:
         try:
             spec["mounts"] = validate_mounts(spec["mounts"], storage)
@@ -89,52 +105,77 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None, team: Team | None
         raise SpecError("launcher.login_node", f"no node named {login_node!r} in the inventory")
     if spec["flush_storage"] and storage is None:
         raise SpecError("cache.flush_storage", "is true but the campaign names no storage system")
+    existing = Campaign.objects.filter(name=spec["name"]).first()
+    _check_may_define(existing, team=team, owner=owner)
+    campaign = Campaign(pk=existing.pk if existing else None, name=spec["name"], owner=owner, team=team)
+    campaign.description = spec["description"]
+    campaign.kind = spec["kind"]
+    campaign.matrix = spec["matrix"]
+    campaign.fixed = spec["fixed"]
+    campaign.env = spec["env"]
+    campaign.mounts = spec["mounts"]
+    campaign.container = spec["container"]
+    campaign.launcher = spec["launcher"]
+    campaign.telemetry = spec["telemetry"]
+    campaign.rules = spec["rules"]
+    campaign.storage = storage
+    campaign.repetitions = spec["repetitions"]
+    campaign.warmup_runs = spec["warmup_runs"]
+    campaign.flush_clients = spec["flush_clients"]
+    campaign.flush_storage = spec["flush_storage"]
+    campaign.run_timeout_s = spec["timeout"]
+    campaign.family = spec["family"]
+    campaign.verdict = spec["verdict"]
+    _check_builds(campaign, spec, targets)
+    return Definition(campaign, nodes, tags, targets)
+
+
+def _check_may_define(existing: Campaign | None, *, team: Team | None, owner: Any) -> None:
+    if existing and existing.team_id != (team.pk if team else None):
+        raise SpecError("name", f"the name {existing.name!r} is taken by another team's campaign; choose another")
+    if existing and existing.status != CampaignStatus.DRAFT:
+        raise CampaignError(
+            f"campaign {existing.name} is {existing.status}; a launched campaign cannot be changed "
+            f"(clone it: manage.py campaign clone {existing.name} NEW_NAME)",
+            conflict=True,
+        )
+    if existing is None and team is None and owner is not None and not may_share(user=owner):
+        raise CampaignError(
+            "choose one of your teams: only staff create campaigns shared with every team", field="team"
+        )
+
+
+def campaign_apply(*, data: dict[str, Any], owner: Any = None, team: Team | None = None) -> Campaign:
+    """Create or update a campaign of ``team`` from its definition (campaign as code). All or nothing."""
+    checked = campaign_definition_check(data=data, owner=owner, team=team)
+    fields = checked.campaign
     with transaction.atomic():
-        campaign = Campaign.objects.select_for_update().filter(name=spec["name"]).first()
-        if campaign and campaign.team_id != (team.pk if team else None):
-            raise SpecError("name", f"the name {campaign.name!r} is taken by another team's campaign; choose another")
-        if campaign and campaign.status != CampaignStatus.DRAFT:
-            raise CampaignError(
-                f"campaign {campaign.name} is {campaign.status}; a launched campaign cannot be changed "
-                f"(clone it: manage.py campaign clone {campaign.name} NEW_NAME)",
-                conflict=True,
-            )
-        if campaign is None and team is None and owner is not None and not may_share(user=owner):
-            raise CampaignError(
-                "choose one of your teams: only staff create campaigns shared with every team", field="team"
-            )
-        campaign = campaign or Campaign(name=spec["name"], owner=owner, team=team)
-        campaign.description = spec["description"]
-        campaign.kind = spec["kind"]
-        campaign.matrix = spec["matrix"]
-        campaign.fixed = spec["fixed"]
-        campaign.env = spec["env"]
-        campaign.mounts = spec["mounts"]
-        campaign.container = spec["container"]
-        campaign.launcher = spec["launcher"]
-        campaign.telemetry = spec["telemetry"]
-        campaign.rules = spec["rules"]
-        campaign.storage = storage
-        campaign.repetitions = spec["repetitions"]
-        campaign.warmup_runs = spec["warmup_runs"]
-        campaign.flush_clients = spec["flush_clients"]
-        campaign.flush_storage = spec["flush_storage"]
-        campaign.run_timeout_s = spec["timeout"]
-        campaign.family = spec["family"]
-        campaign.verdict = spec["verdict"]
+        campaign = Campaign.objects.select_for_update().filter(name=fields.name).first()
+        _check_may_define(campaign, team=team, owner=owner)  # again, under the lock: a twin may have got there
+        if campaign is None:
+            campaign = fields
+            campaign.pk = None
+        else:
+            for name in DEFINITION_FIELDS:
+                setattr(campaign, name, getattr(fields, name))
         campaign.save()
-        campaign.nodes.set(nodes)
-        campaign.node_tags.set(tags)
-        _check_builds(campaign, spec)
+        campaign.nodes.set(checked.nodes)
+        campaign.node_tags.set(checked.tags)
     return campaign
 
 
-def _check_builds(campaign: Campaign, spec: dict[str, Any]) -> None:
-    """Every point built on its hosts as its runs will build it; a refusal names the field and undoes the apply."""
+DEFINITION_FIELDS = (
+    "description", "kind", "matrix", "fixed", "env", "mounts", "container", "launcher", "telemetry", "rules",
+    "storage", "repetitions", "warmup_runs", "flush_clients", "flush_storage", "run_timeout_s", "family", "verdict",
+)  # fmt: skip
+
+
+def _check_builds(campaign: Campaign, spec: dict[str, Any], targets: list[Node]) -> None:
+    """Every point built on its hosts as its runs will build it; a refusal names the field."""
     from campaigns.selectors import campaign_build_check
 
     try:
-        campaign_build_check(campaign=campaign)
+        campaign_build_check(campaign=campaign, nodes=targets)
     except ParamError as exc:
         raise SpecError(spec_module.field_of(spec, exc.field), exc.message) from None
 
