@@ -11,8 +11,10 @@ from django.utils import timezone
 
 from campaigns import dispatch, services
 from campaigns.models import RUN_ACTIVE, Campaign, CampaignStatus, Run, RunStatus
+from common.retry import Backoff
 
 log = logging.getLogger(__name__)
+WEBHOOK_BACKOFF = Backoff(base=5.0, ceiling=300.0)  # a receiver that is down gets minutes to come back
 
 
 @shared_task(soft_time_limit=60, time_limit=90)
@@ -96,7 +98,7 @@ def verdict_webhook_task(self: Task, verdict_id: int) -> str:
         status = f"failed (attempt {self.request.retries + 1}): {exc}"
         Verdict.objects.filter(pk=verdict_id).update(webhook_status=status[:200])
         if self.request.retries < (self.max_retries or 0):
-            raise self.retry(countdown=min(300, 5 * 2**self.request.retries)) from exc
+            raise self.retry(countdown=WEBHOOK_BACKOFF.delay(self.request.retries)) from exc
         return status
     Verdict.objects.filter(pk=verdict_id).update(webhook_status=status[:200])
     return status

@@ -9,7 +9,6 @@ fail the run at once with the reason.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import uuid
 from collections.abc import Iterator
@@ -24,12 +23,18 @@ from django.utils import timezone
 
 from campaigns import services
 from campaigns.models import RUN_TERMINAL, Run, RunStatus
+from common.retry import Backoff
 from inventory.models import Node
 from plugins.benchmarks.base import ParamError
 from runners import execution, facts, remote, ssh
 from telemetry.tasks import enqueue_prometheus_pull
 
 log = logging.getLogger(__name__)
+
+
+def _backoff() -> Backoff:
+    """SSH steps retry after RACKBENCH_RETRY_BACKOFF x 2^attempt seconds, plus up to half again of jitter."""
+    return Backoff(base=settings.RACKBENCH["RETRY_BACKOFF"])
 
 
 def _is_transient(exc: BaseException) -> bool:
@@ -44,7 +49,7 @@ def _retry_or_fail(
     cfg = settings.RACKBENCH
     if _is_transient(exc) and retries < cfg["RETRY_MAX"]:
         services.run_heartbeat(run_id=run_id)
-        countdown = cfg["RETRY_BACKOFF"] * (2**retries) * (1 + random.random() / 2)
+        countdown = _backoff().delay(retries)
         log.warning("run %s: transient failure, retry %s in %.1f s: %s", run_id, retries + 1, countdown, exc)
         raise task.retry(args=args, countdown=countdown, exc=exc if isinstance(exc, Exception) else None)
     if isinstance(exc, ssh.SSHError | ParamError):
@@ -244,9 +249,7 @@ def run_kill_task(self: Task, run_id: int) -> None:
         enqueue_prometheus_pull(run_id)  # a failed or cancelled run's window is evidence too
     except Exception as exc:
         if _is_transient(exc) and self.request.retries < (self.max_retries or 0):
-            raise self.retry(
-                countdown=settings.RACKBENCH["RETRY_BACKOFF"] * (2**self.request.retries), exc=exc
-            ) from None
+            raise self.retry(countdown=_backoff().delay(self.request.retries), exc=exc) from None
         log.warning("run %s: could not kill the remote job: %s", run_id, exc)
     services.run_killed(run_id=run_id)
 
@@ -282,7 +285,7 @@ def collect_facts_task(self: Task, node_id: int) -> None:
     except (ssh.SSHError, SoftTimeLimitExceeded) as exc:
         transient = isinstance(exc, SoftTimeLimitExceeded) or getattr(exc, "transient", False)
         if transient and self.request.retries < (self.max_retries or 0):
-            countdown = settings.RACKBENCH["RETRY_BACKOFF"] * 2**self.request.retries * (1 + random.random() / 2)
+            countdown = _backoff().delay(self.request.retries)
             log.warning("facts of %s: transient failure, retry in %.1f s: %s", node.name, countdown, exc)
             raise self.retry(exc=exc, countdown=countdown) from exc
         log.error("facts of %s not collected: %s", node.name, exc)

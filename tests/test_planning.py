@@ -132,3 +132,13 @@ def test_env_parameters_set_a_variable_for_their_point_only() -> None:
     with pytest.raises(SpecError) as caught:
         validate(spec(matrix={"rw": ["read"], "env.BAD-NAME": [1]}))
     assert caught.value.field == "matrix.env.BAD-NAME"
+
+
+def test_the_retry_backoff_doubles_with_bounded_jitter_and_a_ceiling() -> None:
+    from common.retry import Backoff
+
+    policy = Backoff(base=2.0, ceiling=20.0)
+    for attempt, low in ((0, 2.0), (1, 4.0), (2, 8.0)):
+        delays = [policy.delay(attempt) for _ in range(200)]
+        assert low <= min(delays) and max(delays) <= low * 1.5 and len(set(delays)) > 1
+    assert max(policy.delay(10) for _ in range(50)) == 20.0
