@@ -559,6 +559,8 @@ def run_finish(*, run_id: int, status: str, error: str = "", kill: bool = False)
     """Put an active run in a terminal state and let its campaign go on (on the nodes it still holds).
 
     With ``kill``, its processes are killed on its hosts first (``run_killed`` lets the campaign go on then).
+    A cancelled run keeps no results (a collect stores them only while the run is collecting, under a lock on its
+    row, so none comes after this).
     """
     from runners.tasks import run_kill_task
 
@@ -572,6 +574,8 @@ def run_finish(*, run_id: int, status: str, error: str = "", kill: bool = False)
             error=error[:10_000],
             kill_pending=kill,
         )
+        if done and status == RunStatus.CANCELLED:
+            Result.objects.filter(run_id=run_id).delete()  # stored by a collect that the cancel overtook
         if done and kill:
             transaction.on_commit(partial(run_kill_task.delay, run_id))
         elif done:

@@ -470,3 +470,16 @@ def test_a_run_on_a_kept_node_fails_at_once_with_the_reason(offline_nodes: list[
     second.refresh_from_db()
     assert second.status == RunStatus.FAILED and "is not confirmed (timed out)" in second.error
     assert NodeLease.objects.get(node__name="off1").held_for_id == first.pk
+
+
+# --- a cancel during collecting ----------------------------------------------------------------------------
+
+
+def test_a_run_cancelled_while_collecting_keeps_no_results(offline_nodes: list[Any]) -> None:
+    run = a_run(RunStatus.COLLECTING)
+    assert services.run_store_results(run=run, metrics=some_metrics(1)) == 40  # the collect stored them first
+
+    services.run_finish(run_id=run.pk, status=RunStatus.CANCELLED, error="cancelled by the user", kill=True)
+
+    assert not Result.objects.filter(run=run).exists()
+    assert services.run_store_results(run=run, metrics=some_metrics(1)) == 0  # and none come after
