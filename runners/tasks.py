@@ -180,12 +180,7 @@ def _poll(task: Task, run: Run, token: str) -> None:
         _retry_or_fail(task, run_id, exc, kill=True, args=(run_id, token))  # the retry carries the chain on
         return
     if outcome.vanished:
-        services.run_mark_failed(
-            run_id=run_id,
-            error=f"the benchmark process disappeared without an exit code on {', '.join(outcome.vanished)} "
-            "(killed outside rackbench, or the host rebooted)",
-            kill=True,  # the other hosts' commands and the services
-        )
+        services.run_mark_failed(run_id=run_id, error=vanished_error(outcome), kill=True)  # the other hosts' too
         return
     if outcome.finished:
         if services.run_transition(run_id=run_id, old=[RunStatus.RUNNING], new=RunStatus.COLLECTING):
@@ -199,6 +194,19 @@ def _poll(task: Task, run: Run, token: str) -> None:
         return
     services.run_heartbeat(run_id=run_id)
     _schedule_poll(run_id, token)
+
+
+def vanished_error(outcome: execution.PollOutcome) -> str:
+    """Why a running benchmark has no exit code: rackbench killed it, or something else did."""
+    parts = []
+    if outcome.killed:
+        parts.append(f"was killed by rackbench on {', '.join(outcome.killed)} (a kill of this run reached it)")
+    others = [host for host in outcome.vanished if host not in outcome.killed]
+    if others:
+        parts.append(
+            f"disappeared without an exit code on {', '.join(others)} (killed outside rackbench, or the host rebooted)"
+        )
+    return "the benchmark process " + "; it ".join(parts)
 
 
 @shared_task(bind=True, max_retries=None, soft_time_limit=300, time_limit=360)

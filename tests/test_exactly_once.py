@@ -483,3 +483,70 @@ def test_a_run_cancelled_while_collecting_keeps_no_results(offline_nodes: list[A
 
     assert not Result.objects.filter(run=run).exists()
     assert services.run_store_results(run=run, metrics=some_metrics(1)) == 0  # and none come after
+
+
+# --- error texts ---------------------------------------------------------------------------------------------
+
+
+def test_a_listener_that_never_sends_a_banner_is_named_as_such_and_logs_no_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+    import socket
+
+    from runners import ssh
+
+    accepted: list[socket.socket] = []
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+        threading.Thread(target=lambda: accepted.append(server.accept()[0]), daemon=True).start()
+
+        class NoKeys:
+            def pinned(self, address: str, port: int) -> None:
+                return None
+
+            def pin(self, address: str, port: int, key_type: str, key_base64: str) -> tuple[str, str]:
+                return key_type, key_base64
+
+        pool = ssh.Pool(NoKeys(), ssh.Timeouts(connect=1.0))
+        endpoint = ssh.Endpoint("127.0.0.1", server.getsockname()[1], "nobody", name="silent")
+        with caplog.at_level(logging.INFO), pytest.raises(ssh.TransientSSHError) as failure:
+            pool.run(endpoint, paramiko_key(), "true")
+        time.sleep(0.5)  # paramiko's transport thread logs as it ends
+    for sock in accepted:
+        sock.close()
+    assert "no SSH banner within 1 s" in str(failure.value) and "silent" in str(failure.value)
+    noisy = [r for r in caplog.records if r.name.startswith("paramiko") and r.levelno >= logging.ERROR]
+    assert not noisy, [r.getMessage() for r in noisy]
+
+
+def paramiko_key() -> Any:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from runners import ssh
+
+    openssh = serialization.PrivateFormat.OpenSSH
+    key = Ed25519PrivateKey.generate()
+    return ssh.load_private_key(
+        key.private_bytes(serialization.Encoding.PEM, openssh, serialization.NoEncryption()).decode()
+    )
+
+
+@pytest.mark.lab
+@pytest.mark.worker
+def test_a_benchmark_rackbench_killed_is_said_to_be_killed_by_rackbench(lab: dict[str, Any], worker: Any) -> None:
+    from runners import remote
+
+    campaign = launched("stopped", ["lab4"], fixed={"bs": "64k", "size": "8M", "runtime": 60, "time_based": 1})
+    run = wait_for(lambda: campaign.runs.filter(status=RunStatus.RUNNING).first(), timeout=60, what="fio running")
+    host = wait_for(lambda: Run.objects.get(pk=run.pk).hosts.filter(pid__isnull=False).first(), timeout=20, what="pid")
+    remote.reset_pool()
+    remote.job_kill(remote.node_target(lab["nodes"]["lab4"]), host.remote_dir)  # as a kill of this run would
+    remote.reset_pool()
+
+    finished(campaign, timeout=60)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert "killed by rackbench on lab4" in run.error and "outside rackbench" not in run.error
