@@ -75,10 +75,11 @@ class ResultFilter(df.FilterSet):
     host = df.CharFilter(help_text="node name; empty for the aggregate across hosts")
     finished_after = df.IsoDateTimeFilter(field_name="run__finished_at", lookup_expr="gte")
     finished_before = df.IsoDateTimeFilter(field_name="run__finished_at", lookup_expr="lt")
+    run_status = df.ChoiceFilter(field_name="run__status", choices=RunStatus.choices, help_text="the run's status")
 
     class Meta:
         model = Result
-        fields = ["campaign", "run", "name", "host", "finished_after", "finished_before"]
+        fields = ["campaign", "run", "name", "host", "finished_after", "finished_before", "run_status"]
 
 
 class BaselineFilter(df.FilterSet):

@@ -214,10 +214,13 @@ class ResultSerializer(serializers.ModelSerializer):
     campaign = serializers.IntegerField(source="run.campaign_id", read_only=True)
     params = serializers.JSONField(source="run.params", read_only=True)
     finished_at = serializers.DateTimeField(source="run.finished_at", read_only=True)
+    run_status = serializers.CharField(source="run.status", read_only=True)
 
     class Meta:
         model = Result
-        fields = ["id", "run", "campaign", "params", "name", "value", "unit", "host", "labels", "finished_at"]
+        fields = [
+            "id", "run", "campaign", "params", "name", "value", "unit", "host", "labels", "finished_at", "run_status"
+        ]  # fmt: skip
 
 
 class BaselineSerializer(serializers.ModelSerializer):

@@ -415,8 +415,9 @@ class ResultCursor(CursorPagination):
 
 class ResultViewSet(ScopedMixin, viewsets.ReadOnlyModelViewSet):
     """Metrics of runs, newest first, cursor-paginated. Filters: ``campaign``, ``run``, ``name`` (metric),
-    ``host`` (node; empty for aggregates), ``finished_after``/``finished_before``, and ``param.<name>=<value>``
-    for the matrix point's parameters."""
+    ``host`` (node; empty for aggregates), ``finished_after``/``finished_before``, ``run_status`` (e.g.
+    ``succeeded``: only what runs that succeeded measured), and ``param.<name>=<value>`` for the matrix point's
+    parameters."""
 
     serializer_class = serializers.ResultSerializer
     filterset_class = filters.ResultFilter

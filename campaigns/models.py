@@ -208,9 +208,18 @@ class NodeLease(models.Model):
     node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="lease")
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="leases")
     acquired_at = models.DateTimeField(auto_now_add=True)
+    # Kept, even after its campaign ends, while the kill of this run on the node is not confirmed (a job of it may
+    # still run there): nobody else gets the node until the reconciler confirms the kill or an operator releases it.
+    held_for = models.ForeignKey(
+        "Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="held_leases",
+        help_text="the run whose kill on this node is not confirmed",
+    )  # fmt: skip
+    held_reason = models.TextField(blank=True)
+    held_since = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
-        return f"{self.node} held by {self.campaign}"
+        held = f" (kept: the kill of run {self.held_for_id} is not confirmed)" if self.held_for_id else ""
+        return f"{self.node} held by {self.campaign}{held}"
 
 
 class Baseline(models.Model):

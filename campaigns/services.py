@@ -351,6 +351,15 @@ def campaign_advance(*, campaign_id: int) -> str:
         nodes = Node.objects.select_for_update(no_key=True, of=("self",)).filter(pk__in=node_ids).order_by("pk")
         if any(n.status != NodeStatus.ACTIVE for n in nodes):
             return "paused"  # until the node is active again (the reconciler advances running campaigns)
+        held = NodeLease.objects.filter(node_id__in=node_ids, held_for__isnull=False).select_related("node").first()
+        if held is not None:  # a job of an earlier run may still be running there: never measure beside it
+            run_finish(
+                run_id=run.pk,
+                status=RunStatus.FAILED,
+                error=f"not started: node {held.node.name} is kept because the kill of run {held.held_for_id} there "
+                f"is not confirmed ({held.held_reason}); a job may still be running on it",
+            )
+            return "failed"
         if node_ids - set(campaign.leases.values_list("node_id", flat=True)):
             # Never start a run on a node the campaign does not hold (its reservation predates a change of
             # its nodes): it queues for the missing ones first.
@@ -432,7 +441,7 @@ def _reservation_release(campaign: Campaign, *, requeue: bool = False) -> None:
     that want one of its nodes are advanced as soon as this commits."""
     node_ids = set(campaign.reserved_nodes.values_list("pk", flat=True))
     node_ids |= set(campaign.leases.values_list("node_id", flat=True))
-    campaign.leases.all().delete()
+    campaign.leases.filter(held_for__isnull=True).delete()  # a node with a kill not confirmed stays held
     if not requeue:
         Campaign.objects.filter(pk=campaign.pk).update(waiting_since=None)
     waiting = (
@@ -606,6 +615,8 @@ def run_finish(*, run_id: int, status: str, error: str = "", kill: bool = False)
     """Put an active run in a terminal state and let its campaign go on (on the nodes it still holds).
 
     With ``kill``, its processes are killed on its hosts first (``run_killed`` lets the campaign go on then).
+    A cancelled run keeps no results (a collect stores them only while the run is collecting, under a lock on its
+    row, so none comes after this).
     """
     assert status in RUN_TERMINAL
     with transaction.atomic():
@@ -617,6 +628,8 @@ def run_finish(*, run_id: int, status: str, error: str = "", kill: bool = False)
             error=error[:10_000],
             kill_pending=kill,
         )
+        if done and status == RunStatus.CANCELLED:
+            Result.objects.filter(run_id=run_id).delete()  # stored by a collect that the cancel overtook
         if done and kill:
             transaction.on_commit(partial(dispatch.runner().kill, run_id))
         elif done:
@@ -641,6 +654,68 @@ def run_killed(*, run_id: int) -> None:
             campaign_advance_soon(campaign_id=campaign.pk)
         elif campaign.is_terminal:
             campaign_wind_down(campaign=campaign)
+
+
+def _append_error(run_id: int, note: str) -> None:
+    error = Run.objects.values_list("error", flat=True).get(pk=run_id)
+    if note not in error:
+        Run.objects.filter(pk=run_id).update(error=f"{error}\n{note}".strip()[:10_000])
+
+
+def run_kill_unconfirmed(*, run_id: int, hosts: dict[str, str]) -> None:
+    """The kill of an ended run is not confirmed on ``hosts`` (host -> why: unreachable, pids that outlived
+    SIGKILL): a job of it may still be running there. Each such node stays held by the run's campaign, even after
+    the campaign ends, until the reconciler confirms the kill (``run_kill_confirmed``) or an operator releases it
+    (``lease_release_by_hand``); the run's error says so."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().select_related("campaign").get(pk=run_id)
+        now = timezone.now()
+        nodes = dict(run.hosts.filter(node__isnull=False).values_list("host", "node_id"))
+        for host, why in sorted(hosts.items()):
+            if host not in nodes:
+                continue  # a storage system's statistics loop: no node to hold
+            fields = {"held_for": run, "held_reason": why[:2000]}
+            if not NodeLease.objects.filter(node_id=nodes[host], campaign=run.campaign).update(**fields):
+                NodeLease.objects.get_or_create(node_id=nodes[host], defaults={"campaign": run.campaign, **fields})
+            NodeLease.objects.filter(node_id=nodes[host], held_for=run, held_since=None).update(held_since=now)
+        where = "; ".join(f"{host}: {why}" for host, why in sorted(hosts.items()))
+        _append_error(
+            run_id,
+            f"the kill is not confirmed on {where}. A job of this run may still be running there; the node is kept "
+            "from other campaigns until the kill is confirmed or an operator releases it.",
+        )
+
+
+def run_kill_confirmed(*, run_id: int) -> None:
+    """The run's kill is confirmed on every host: the nodes an unconfirmed kill kept are free again (given back
+    when their campaign has ended)."""
+    with transaction.atomic():
+        held = NodeLease.objects.select_for_update().filter(held_for_id=run_id)
+        campaign_ids = set(held.values_list("campaign_id", flat=True))
+        if not campaign_ids:
+            return
+        held.update(held_for=None, held_reason="", held_since=None)
+        _append_error(run_id, f"The kill was confirmed at {timezone.now():%Y-%m-%d %H:%M:%S %Z}; the node is free.")
+    for campaign_id in campaign_ids:
+        if not campaign_release(campaign_id=campaign_id):
+            campaign_advance_soon(campaign_id=campaign_id)
+
+
+def lease_release_by_hand(*, lease: NodeLease, user: Any = None) -> bool:
+    """An operator gives back a node kept for a kill that is not confirmed (they checked the node, or it is gone
+    for good); False when the lease is not kept for that any more."""
+    with transaction.atomic():
+        row = NodeLease.objects.select_for_update().filter(pk=lease.pk, held_for__isnull=False).first()
+        if row is None:
+            return False
+        run_id, campaign_id = row.held_for_id, row.campaign_id
+        NodeLease.objects.filter(pk=row.pk).update(held_for=None, held_reason="", held_since=None)
+        if run_id is not None:
+            by = f" by {user}" if user else ""
+            _append_error(run_id, f"Node {lease.node} released by hand{by}, without a confirmed kill.")
+        if not campaign_release(campaign_id=campaign_id):
+            campaign_advance_soon(campaign_id=campaign_id)
+    return True
 
 
 def run_mark_failed(*, run_id: int, error: str, kill: bool = False) -> bool:

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from campaigns import dispatch, services
-from campaigns.models import RUN_ACTIVE, Campaign, CampaignStatus, Run, RunStatus
+from campaigns.models import RUN_ACTIVE, Campaign, CampaignStatus, NodeLease, Run, RunStatus
 from common.retry import Backoff
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ def reconcile_runs() -> dict[str, int]:
     """
     runner = dispatch.runner()
     cfg = settings.RACKBENCH
-    counts = {"resumed": 0, "failed": 0, "advanced": 0, "kills resent": 0, "released": 0}
+    counts = {"resumed": 0, "failed": 0, "advanced": 0, "kills resent": 0, "kills retried": 0, "released": 0}
     for run in services.stale_runs(older_than=cfg["STALE_AFTER"]).select_related("campaign"):
         if run.resumes >= cfg["MAX_RESUMES"]:
             error = (
@@ -70,10 +70,18 @@ def reconcile_runs() -> dict[str, int]:
         services.run_heartbeat(run_id=run_id)
         runner.kill(run_id)  # its kill task was lost
         counts["kills resent"] += 1
+    # A node kept for a kill that is not confirmed: the kill is tried again (once per task) before anyone gets it.
+    unconfirmed = NodeLease.objects.filter(held_for__kill_pending=False, held_for__heartbeat_at__lt=stale)
+    for run_id in unconfirmed.values_list("held_for_id", flat=True).distinct():
+        services.run_heartbeat(run_id=run_id)
+        runner.kill(run_id, once=True)
+        counts["kills retried"] += 1
     # An ended campaign holding nodes with no kill left: its teardown task was lost (none runs longer than its
     # hard time limit), so its nodes are given back.
     lost = now - timedelta(seconds=cfg["STALE_AFTER"] + runner.teardown_time_limit())
-    ended = Campaign.objects.exclude(status=CampaignStatus.RUNNING).filter(leases__isnull=False, finished_at__lt=lost)
+    ended = Campaign.objects.exclude(status=CampaignStatus.RUNNING).filter(
+        leases__isnull=False, leases__held_for__isnull=True, finished_at__lt=lost
+    )
     for campaign_id in ended.exclude(runs__kill_pending=True).values_list("pk", flat=True).distinct():
         if services.campaign_release(campaign_id=campaign_id):
             counts["released"] += 1

@@ -17,8 +17,8 @@ class CeleryRunner:
     def collect(self, run_id: int) -> None:
         tasks.run_collect_task.delay(run_id)
 
-    def kill(self, run_id: int) -> None:
-        tasks.run_kill_task.delay(run_id)
+    def kill(self, run_id: int, *, once: bool = False) -> None:
+        tasks.run_kill_task.apply_async((run_id,), {"once": True} if once else {})
 
     def teardown(self, campaign_id: int) -> None:
         tasks.campaign_teardown_task.delay(campaign_id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.utils import timezone
@@ -480,6 +480,7 @@ def _wait_ready(job: HostJob) -> None:
 class PollOutcome:
     finished: bool
     vanished: list[str]
+    killed: list[str] = field(default_factory=list)  # of ``vanished``: where rackbench killed it
 
 
 def run_poll(run: Run) -> PollOutcome:
@@ -498,7 +499,8 @@ def run_poll(run: Run) -> PollOutcome:
     if hosts:
         store_live_log(run, hosts[0].target, hosts[0])
     vanished = [h.row.host for h, state in zip(hosts, states, strict=True) if state.vanished]
-    return PollOutcome(finished=all(s.finished for s in states), vanished=vanished)
+    killed = [h.row.host for h, state in zip(hosts, states, strict=True) if state.vanished and state.killed]
+    return PollOutcome(finished=all(s.finished for s in states), vanished=vanished, killed=killed)
 
 
 LIVE_LOG_WANTED_FOR = 10.0  # seconds since a campaign page last asked (it asks every 2 s while open)

@@ -163,6 +163,28 @@ def lab_down(*, lab_dir: Path | None = None) -> int:
     return len(listeners)
 
 
+def lab_node_down(index: int, *, lab_dir: Path | None = None) -> bool:
+    """Stop one node's sshd and its SSH sessions, as a node whose sshd dies would: the jobs it started detached go
+    on running (fault drills). ``lab_up`` starts it again. Returns whether it was running."""
+    root = _root(lab_dir)
+    with _locked(root):
+        node_dir = _node_dir(root, index)
+        listener = _listener_pid(node_dir)
+        if listener is None:
+            return False
+        sessions = {pid for pid in _descendants([listener]) if _comm(pid).startswith("sshd")}
+        _terminate({listener} | sessions)
+        node_dir.joinpath("sshd.pid").unlink(missing_ok=True)
+    return True
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 # --- lab directory ----------------------------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ A detached job lives in its own directory on the host::
     command.sh   the exact command (written by rackbench, built with shlex)
     launch.sh    records its pid, runs command.sh with stdout/stderr to files, then writes exit_code
     submitted    marker written before launching: a redelivered submit never starts a second copy
+    killed       marker written by job_kill: rackbench stopped it (not someone else, not a reboot)
     pid, stdout, stderr, exit_code
 
 The job runs in its own session (setsid) with its directory in its environment (``RACKBENCH_JOB``), so cancel
@@ -189,6 +190,7 @@ class JobState:
     exit_code: int | None
     alive: bool
     submitted: bool
+    killed: bool = False  # rackbench killed it (job_kill leaves a "killed" file)
 
     @property
     def finished(self) -> bool:
@@ -205,17 +207,18 @@ def job_state(target: Target, job_dir: str) -> JobState:
     line = (
         f"cd {d} 2>/dev/null || exit 0; p=$(cat pid 2>/dev/null); e=$(cat exit_code 2>/dev/null); "
         f'a=no; [ -n "$p" ] && kill -0 "$p" 2>/dev/null && a=yes; s=no; [ -e submitted ] && s=yes; '
-        f'echo "$p|$e|$a|$s"'
+        f'k=no; [ -e killed ] && k=yes; echo "$p|$e|$a|$s|$k"'
     )
     out = target.run(line).stdout.strip()
     if not out:
         return JobState(None, None, False, False)
-    pid, code, alive, submitted = (out.split("|") + ["", "", "", ""])[:4]
+    pid, code, alive, submitted, killed = (out.split("|") + ["", "", "", "", ""])[:5]
     return JobState(
         pid=int(pid) if pid.isdigit() else None,
         exit_code=int(code) if code.lstrip("-").isdigit() else None,
         alive=alive == "yes",
         submitted=submitted == "yes",
+        killed=killed == "yes",
     )
 
 

@@ -9,6 +9,7 @@ permanent, clearly worded failure. Errors are classed transient (worth a retry) 
 from __future__ import annotations
 
 import base64
+import logging
 import select
 import socket
 import threading
@@ -25,6 +26,21 @@ from common.sshkeys import fingerprint as fingerprint
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+class TransportNoise(logging.Filter):
+    """paramiko's transport thread logs every connection it loses at ERROR, traceback line by line ("Socket
+    exception: Bad file descriptor", "Error reading SSH protocol banner"). rackbench reports each such failure
+    itself, as an SSH error naming the node, retried or failing the run: the thread's lines go down to DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR:
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+logging.getLogger("paramiko.transport").addFilter(TransportNoise())
 
 
 class SSHError(Exception):
@@ -174,7 +190,9 @@ class Pool:
                 username=endpoint.username,
                 pkey=pkey,
                 sock=sock,
-                timeout=t.connect,
+                # Negotiation may take longer than the banner: with equal timeouts paramiko reports a silent
+                # listener as "No existing session" instead of its banner timeout.
+                timeout=2 * t.connect,
                 banner_timeout=t.connect,
                 auth_timeout=t.connect,
                 channel_timeout=t.connect,
@@ -194,6 +212,12 @@ class Pool:
             raise
         except (paramiko.SSHException, OSError, EOFError) as exc:
             sock.close()
+            if "protocol banner" in str(exc):
+                raise TransientSSHError(
+                    endpoint,
+                    f"no SSH banner within {t.connect:g} s: the port accepts connections but no SSH server answers "
+                    "(a hung sshd, or another service on that port)",
+                ) from None
             raise TransientSSHError(endpoint, f"SSH handshake failed: {exc or type(exc).__name__}") from None
         transport = client.get_transport()
         assert transport is not None

@@ -186,12 +186,7 @@ def _poll(task: Task, run: Run, token: str) -> None:
         _retry_or_fail(task, run_id, exc, kill=True, args=(run_id, token))  # the retry carries the chain on
         return
     if outcome.vanished:
-        services.run_mark_failed(
-            run_id=run_id,
-            error=f"the benchmark process disappeared without an exit code on {', '.join(outcome.vanished)} "
-            "(killed outside rackbench, or the host rebooted)",
-            kill=True,  # the other hosts' commands and the services
-        )
+        services.run_mark_failed(run_id=run_id, error=vanished_error(outcome), kill=True)  # the other hosts' too
         return
     if outcome.finished:
         if services.run_transition(run_id=run_id, old=[RunStatus.RUNNING], new=RunStatus.COLLECTING):
@@ -205,6 +200,19 @@ def _poll(task: Task, run: Run, token: str) -> None:
         return
     services.run_heartbeat(run_id=run_id)
     _schedule_poll(run_id, token)
+
+
+def vanished_error(outcome: execution.PollOutcome) -> str:
+    """Why a running benchmark has no exit code: rackbench killed it, or something else did."""
+    parts = []
+    if outcome.killed:
+        parts.append(f"was killed by rackbench on {', '.join(outcome.killed)} (a kill of this run reached it)")
+    others = [host for host in outcome.vanished if host not in outcome.killed]
+    if others:
+        parts.append(
+            f"disappeared without an exit code on {', '.join(others)} (killed outside rackbench, or the host rebooted)"
+        )
+    return "the benchmark process " + "; it ".join(parts)
 
 
 @shared_task(bind=True, max_retries=None, soft_time_limit=300, time_limit=360)
@@ -231,26 +239,29 @@ def _collect(task: Task, run_id: int) -> None:
 
 
 @shared_task(bind=True, max_retries=3, soft_time_limit=120, time_limit=150)
-def run_kill_task(self: Task, run_id: int) -> None:
-    """Kill the run's remote process groups and keep whatever output they left; then its campaign goes on (or
-    gives its nodes back). A kill that cannot be done after the retries is logged and given up."""
+def run_kill_task(self: Task, run_id: int, once: bool = False) -> None:
+    """Kill everything the run started on its hosts and keep whatever output they left; then its campaign goes on
+    (or gives its nodes back). Where the kill is not confirmed after the retries (``once``: no retry), the node
+    stays held with the reason (``run_kill_unconfirmed``) and the reconciler tries again when it answers."""
     run = _load(run_id)
     if run is None:
         return
     try:
         unconfirmed = execution.run_kill(run)
-        if unconfirmed:
-            raise ssh.TransientSSHError(
-                None,
-                "the kill is not confirmed on "
-                + "; ".join(f"{host}: {why}" for host, why in sorted(unconfirmed.items())),
-            )
-        execution.run_keep_output(run)
-        enqueue_prometheus_pull(run_id)  # a failed or cancelled run's window is evidence too
-    except Exception as exc:
-        if _is_transient(exc) and self.request.retries < (self.max_retries or 0):
-            raise self.retry(countdown=_backoff().delay(self.request.retries), exc=exc) from None
-        log.warning("run %s: could not kill the remote job: %s", run_id, exc)
+    except Exception as exc:  # noqa: BLE001 - whatever it was, the kill is not confirmed on any host
+        unconfirmed = {host: str(exc) for host in run.hosts.values_list("host", flat=True)}
+    if unconfirmed and not once and self.request.retries < (self.max_retries or 0):
+        raise self.retry(countdown=_backoff().delay(self.request.retries)) from None
+    if unconfirmed:
+        log.warning("run %s: the kill is not confirmed on %s", run_id, unconfirmed)
+        services.run_kill_unconfirmed(run_id=run_id, hosts=unconfirmed)
+    else:
+        try:
+            execution.run_keep_output(run)
+            enqueue_prometheus_pull(run_id)  # a failed or cancelled run's window is evidence too
+        except Exception as exc:  # noqa: BLE001 - its output is evidence, not a condition of the kill
+            log.warning("run %s: could not keep the output of the killed run: %s", run_id, exc)
+        services.run_kill_confirmed(run_id=run_id)
     services.run_killed(run_id=run_id)
 
 

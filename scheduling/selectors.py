@@ -56,6 +56,7 @@ class Holder:
     campaign: Campaign
     visible: bool
     nodes: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # nodes kept for a kill that is not confirmed, with the reason
 
     @property
     def label(self) -> str:
@@ -65,6 +66,15 @@ class Holder:
 def _lease_holder(node: Node) -> Campaign | None:
     lease = getattr(node, "lease", None)  # the reverse one-to-one raises an AttributeError when there is none
     return lease.campaign if lease is not None else None
+
+
+def _kept(node: Node) -> list[str]:
+    """Why the node's lease is kept past its campaign (a kill that is not confirmed), as the queue shows it."""
+    lease = getattr(node, "lease", None)
+    if lease is None or lease.held_for_id is None:
+        return []
+    return [f"{node.name}: the kill of run {lease.held_for_id} is not confirmed, a job may still be running there "
+            f"({lease.held_reason})"]  # fmt: skip
 
 
 def campaign_queue(*, campaign: Campaign, scope: Scope | None = None) -> dict[str, Any] | None:
@@ -87,7 +97,9 @@ def campaign_queue(*, campaign: Campaign, scope: Scope | None = None) -> dict[st
         holder = _lease_holder(node)
         if holder is not None and holder.pk != campaign.pk:
             visible = scope.sees(holder.team_id) if scope else holder.team_id in (None, campaign.team_id)
-            holders.setdefault(holder.pk, Holder(holder, visible)).nodes.append(node.name)
+            entry = holders.setdefault(holder.pk, Holder(holder, visible))
+            entry.nodes.append(node.name)
+            entry.kept += _kept(node)
     return {
         "waiting": True,
         "paused": False,
@@ -130,7 +142,7 @@ def timeline(*, scope: Scope, now: datetime | None = None, hours: int = 24) -> l
     for row in rows.values():
         holder = _lease_holder(row.node)
         if holder is not None:
-            row.holder = Holder(holder, scope.sees(holder.team_id))
+            row.holder = Holder(holder, scope.sees(holder.team_id), kept=_kept(row.node))
     through = Campaign.reserved_nodes.through.objects
     waits = (
         through.filter(node_id__in=rows, campaign__status=CampaignStatus.RUNNING, campaign__waiting_since__isnull=False)

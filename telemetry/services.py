@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from campaigns.models import Result, Run
+from campaigns.models import Result, Run, RunStatus
 from campaigns.services import run_provenance_merge
 from plugins.benchmarks.base import ParamError
 from telemetry import codec, prometheus, selectors
@@ -216,6 +216,8 @@ def run_telemetry_summarize(
     whose summaries would swamp the results) are left out; with ``sources``, only series from those sources are
     summarised. Recording again replaces what an earlier call recorded.
     """
+    if Run.objects.filter(pk=run.pk, status=RunStatus.CANCELLED).exists():
+        return []  # a cancelled run keeps no results (its series stay, as evidence)
     results = []
     rows = Series.objects.filter(run=run).exclude(name__in=skip)
     if sources is not None:

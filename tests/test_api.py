@@ -454,6 +454,18 @@ def test_it_pages_results_with_a_cursor(api: APIClient, team: Any) -> None:
     assert len(seen) == Result.objects.count() == 12 and seen == sorted(seen, reverse=True)
 
 
+@pytest.mark.django_db
+def test_it_filters_results_by_their_run_s_status_and_says_it(api: APIClient, team: Any) -> None:
+    first, second = make_rows(2, team)
+    Run.objects.filter(campaign=second).update(status=RunStatus.FAILED)
+    rows = api.get("/api/v1/results/", {"run_status": "succeeded"}).json()["results"]
+    assert rows and {(r["campaign"], r["run_status"]) for r in rows} == {(first.pk, "succeeded")}
+    rows = api.get("/api/v1/results/", {"run_status": "failed"}).json()["results"]
+    assert rows and {r["campaign"] for r in rows} == {second.pk}
+    bad = api.get("/api/v1/results/", {"run_status": "bogus"})
+    assert bad.status_code == 400 and "run_status" in bad.json()["extra"]
+
+
 # --- baselines, verdicts, compare ---------------------------------------------------------------
 
 

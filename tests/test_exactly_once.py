@@ -20,10 +20,10 @@ from django.db.models import Count
 from django.utils import timezone
 
 from campaigns import services
-from campaigns.models import Campaign, CampaignStatus, Result, Run, RunStatus
+from campaigns.models import Campaign, CampaignStatus, Result, Run, RunHost, RunStatus
 from inventory.services import node_upsert
 from runners import tasks as run_tasks
-from tests.conftest import finished, group_alive, wait_for
+from tests.conftest import LAB_NODES, LAB_PORT, finished, group_alive, wait_for
 from tests.test_campaign_e2e import fio_campaign
 
 
@@ -31,17 +31,38 @@ def launched(name: str, nodes: list[str], **overrides: Any) -> Campaign:
     return services.campaign_launch(campaign=services.campaign_apply(data=fio_campaign(name, nodes, **overrides)))
 
 
-@pytest.fixture
-def offline_nodes(transactional_db: None) -> list[Any]:
-    """Nodes nobody dials: for services that touch only the database."""
+def _offline_nodes() -> list[Any]:
     return [node_upsert(name=f"off{i}", address=f"10.9.9.{i}") for i in (1, 2)]
 
 
+@pytest.fixture
+def offline_nodes(db: None) -> list[Any]:
+    """Nodes nobody dials, for services that touch only the database (in the test's transaction: nothing it
+    enqueues on commit reaches a worker)."""
+    return _offline_nodes()
+
+
+@pytest.fixture
+def offline_nodes_tx(transactional_db: None) -> list[Any]:
+    """The same, committed: for tests where threads with connections of their own work on the rows."""
+    return _offline_nodes()
+
+
 def a_run(status: str) -> Run:
-    run = launched("offline", ["off1"]).runs.get()
-    Run.objects.filter(pk=run.pk).update(status=status, heartbeat_at=timezone.now())
-    run.refresh_from_db()
+    """A run of a campaign on off1 in ``status``, made without launching (no task is enqueued)."""
+    campaign = services.campaign_apply(data=fio_campaign(f"offline-{time.monotonic_ns()}", ["off1"]))
+    run = Run.objects.create(
+        campaign=campaign, sequence=1, point=0, params={}, repetition=1, status=status, heartbeat_at=timezone.now()
+    )
+    node = offline_node("off1")
+    RunHost.objects.create(run=run, node=node, host=node.name, address=node.address, command="", remote_dir="")
     return run
+
+
+def offline_node(name: str) -> Any:
+    from inventory.models import Node
+
+    return Node.objects.get(name=name)
 
 
 # --- the start step and its lease ------------------------------------------------------------------------
@@ -77,7 +98,7 @@ def test_a_step_holding_its_lease_is_never_taken_for_lost(offline_nodes: list[An
 
 
 def test_a_slow_step_keeps_its_lease_and_a_duplicate_backs_off(
-    offline_nodes: list[Any], monkeypatch: pytest.MonkeyPatch
+    offline_nodes_tx: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run = a_run(RunStatus.PREPARING)
     monkeypatch.setattr(run_tasks, "STEP_LEASE", 1.0)
@@ -238,7 +259,7 @@ def some_metrics(value: float) -> list[Any]:
     return [Metric(name=f"m{i}", value=value, unit="B/s", host=h) for i in range(20) for h in ("off1", "")]
 
 
-def test_concurrent_collects_store_a_run_s_results_once(offline_nodes: list[Any]) -> None:
+def test_concurrent_collects_store_a_run_s_results_once(offline_nodes_tx: list[Any]) -> None:
     run = a_run(RunStatus.COLLECTING)
     for attempt in range(5):  # each round: four collects at once
         metrics = some_metrics(attempt)
@@ -347,3 +368,185 @@ def fio_processes(launcher_pid: int) -> list[int]:
         todo += sorted(children.get(pid, []))
     fio = [p for p in tree if names.get(p) == "fio"]
     return fio if len(fio) >= 3 else []
+
+
+# --- a node that dies mid-run ----------------------------------------------------------------------------
+
+
+@pytest.mark.lab
+@pytest.mark.worker
+def test_a_node_whose_kill_is_not_confirmed_stays_held_and_the_next_campaign_never_overlaps(
+    lab: dict[str, Any], worker: Any
+) -> None:
+    from campaigns.models import NodeLease
+    from campaigns.tasks import reconcile_runs
+    from runners import lab as lab_module
+
+    first = launched("dies", ["lab3"], fixed={"bs": "64k", "size": "8M", "runtime": 120, "time_based": 1})
+    run = wait_for(lambda: first.runs.filter(status=RunStatus.RUNNING).first(), timeout=60, what="fio running")
+    pid = wait_for(lambda: Run.objects.get(pk=run.pk).hosts.get().pid, timeout=20, what="fio's pid")
+    lab_module.lab_node_down(3, lab_dir=lab["dir"])  # its sshd dies; the fio it started runs on
+    try:
+        services.campaign_cancel(campaign=first)
+        held = wait_for(
+            lambda: NodeLease.objects.filter(node__name="lab3", held_for=run).first(), timeout=90, what="lab3 kept"
+        )
+        wait_for(lambda: not Run.objects.get(pk=run.pk).kill_pending, timeout=30, what="the kill given up")
+        run.refresh_from_db()
+        assert "may still be running" in run.error and "lab3" in run.error
+        assert held.campaign_id == first.pk and held.held_reason and held.held_since
+        assert group_alive(pid)  # the old fio does run on
+        second = launched("next", ["lab3"], fixed={"bs": "64k", "size": "8M", "runtime": 1, "time_based": 1})
+        time.sleep(3)
+        assert reconcile_runs()["released"] == 0
+        assert second.runs.get().status == RunStatus.PENDING  # it waits for lab3
+        assert NodeLease.objects.filter(node__name="lab3", held_for=run).exists()
+    finally:
+        lab_module.lab_up(LAB_NODES, port=LAB_PORT, lab_dir=lab["dir"])
+
+    overlap = []
+    deadline = time.monotonic() + 120
+    while not Campaign.objects.get(pk=second.pk).is_terminal and time.monotonic() < deadline:
+        Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(hours=1))
+        reconcile_runs()  # as celery beat would: the kill is retried now that lab3 answers
+        for _ in range(10):
+            status = Run.objects.get(campaign=second).status
+            if status not in (RunStatus.PENDING, RunStatus.CANCELLED) and group_alive(pid):
+                overlap.append(status)
+            time.sleep(0.1)
+    finished(second, timeout=60)
+    assert not overlap, f"the next campaign's run was {overlap[0]} while the old fio still ran"
+    assert second.status == CampaignStatus.SUCCEEDED, list(second.runs.values_list("error", flat=True))
+    assert not group_alive(pid)
+    finished(first, timeout=30)
+    assert "The kill was confirmed" in Run.objects.get(pk=run.pk).error
+
+
+def test_a_kept_node_shows_why_in_the_queue_and_staff_can_release_it_by_hand(
+    offline_nodes: list[Any], django_user_model: Any, client: Any
+) -> None:
+    from accounts.selectors import Scope
+    from campaigns.models import NodeLease
+    from scheduling.selectors import campaign_queue, timeline
+
+    first = launched("first", ["off1"])
+    run = first.runs.get()
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED)
+    services.run_kill_unconfirmed(run_id=run.pk, hosts={"off1": "off1 (x@10.9.9.1:22): cannot connect: refused"})
+    Campaign.objects.filter(pk=first.pk).update(status=CampaignStatus.FAILED)
+    assert services.campaign_release(campaign_id=first.pk)
+    lease = NodeLease.objects.get(node__name="off1")
+    assert lease.campaign_id == first.pk and lease.held_for_id == run.pk  # kept past the campaign's end
+    assert "may still be running" in Run.objects.get(pk=run.pk).error
+    second = launched("second", ["off1"])
+
+    queue = campaign_queue(campaign=Campaign.objects.get(pk=second.pk))
+    assert queue and "the kill of run" in queue["holders"][0].kept[0] and "refused" in queue["holders"][0].kept[0]
+    staff = django_user_model.objects.create_superuser("root", password="pw-root-123")
+    row = next(r for r in timeline(scope=Scope(user=staff)) if r.node.name == "off1")
+    assert row.holder and row.holder.kept
+
+    client.force_login(staff)
+    page = client.get("/admin/campaigns/nodelease/")
+    assert page.status_code == 200 and "refused" in page.content.decode()
+    client.post("/admin/campaigns/nodelease/", {"action": "release_by_hand", "_selected_action": [lease.pk]})
+
+    assert not NodeLease.objects.filter(node__name="off1", campaign=first).exists()
+    assert "released by hand by root" in Run.objects.get(pk=run.pk).error
+    services.campaign_advance(campaign_id=second.pk)
+    assert NodeLease.objects.get(node__name="off1").campaign_id == second.pk
+
+
+def test_a_run_on_a_kept_node_fails_at_once_with_the_reason(offline_nodes: list[Any]) -> None:
+    from campaigns.models import NodeLease
+
+    campaign = launched("again", ["off1"], repetitions=2)
+    services.campaign_advance(campaign_id=campaign.pk)
+    first, second = campaign.runs.order_by("sequence")
+    services.run_finish(run_id=first.pk, status=RunStatus.FAILED, error="lost")
+    services.run_kill_unconfirmed(run_id=first.pk, hosts={"off1": "timed out"})
+
+    assert services.campaign_advance(campaign_id=campaign.pk) == "failed"
+    second.refresh_from_db()
+    assert second.status == RunStatus.FAILED and "is not confirmed (timed out)" in second.error
+    assert NodeLease.objects.get(node__name="off1").held_for_id == first.pk
+
+
+# --- a cancel during collecting ----------------------------------------------------------------------------
+
+
+def test_a_run_cancelled_while_collecting_keeps_no_results(offline_nodes: list[Any]) -> None:
+    run = a_run(RunStatus.COLLECTING)
+    assert services.run_store_results(run=run, metrics=some_metrics(1)) == 40  # the collect stored them first
+
+    services.run_finish(run_id=run.pk, status=RunStatus.CANCELLED, error="cancelled by the user", kill=True)
+
+    assert not Result.objects.filter(run=run).exists()
+    assert services.run_store_results(run=run, metrics=some_metrics(1)) == 0  # and none come after
+
+
+# --- error texts ---------------------------------------------------------------------------------------------
+
+
+def test_a_listener_that_never_sends_a_banner_is_named_as_such_and_logs_no_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+    import socket
+
+    from runners import ssh
+
+    accepted: list[socket.socket] = []
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+        threading.Thread(target=lambda: accepted.append(server.accept()[0]), daemon=True).start()
+
+        class NoKeys:
+            def pinned(self, address: str, port: int) -> None:
+                return None
+
+            def pin(self, address: str, port: int, key_type: str, key_base64: str) -> tuple[str, str]:
+                return key_type, key_base64
+
+        pool = ssh.Pool(NoKeys(), ssh.Timeouts(connect=1.0))
+        endpoint = ssh.Endpoint("127.0.0.1", server.getsockname()[1], "nobody", name="silent")
+        with caplog.at_level(logging.INFO), pytest.raises(ssh.TransientSSHError) as failure:
+            pool.run(endpoint, paramiko_key(), "true")
+        time.sleep(0.5)  # paramiko's transport thread logs as it ends
+    for sock in accepted:
+        sock.close()
+    assert "no SSH banner within 1 s" in str(failure.value) and "silent" in str(failure.value)
+    noisy = [r for r in caplog.records if r.name.startswith("paramiko") and r.levelno >= logging.ERROR]
+    assert not noisy, [r.getMessage() for r in noisy]
+
+
+def paramiko_key() -> Any:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from runners import ssh
+
+    openssh = serialization.PrivateFormat.OpenSSH
+    key = Ed25519PrivateKey.generate()
+    return ssh.load_private_key(
+        key.private_bytes(serialization.Encoding.PEM, openssh, serialization.NoEncryption()).decode()
+    )
+
+
+@pytest.mark.lab
+@pytest.mark.worker
+def test_a_benchmark_rackbench_killed_is_said_to_be_killed_by_rackbench(lab: dict[str, Any], worker: Any) -> None:
+    from runners import remote
+
+    campaign = launched("stopped", ["lab4"], fixed={"bs": "64k", "size": "8M", "runtime": 60, "time_based": 1})
+    run = wait_for(lambda: campaign.runs.filter(status=RunStatus.RUNNING).first(), timeout=60, what="fio running")
+    host = wait_for(lambda: Run.objects.get(pk=run.pk).hosts.filter(pid__isnull=False).first(), timeout=20, what="pid")
+    remote.reset_pool()
+    remote.job_kill(remote.node_target(lab["nodes"]["lab4"]), host.remote_dir)  # as a kill of this run would
+    remote.reset_pool()
+
+    finished(campaign, timeout=60)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert "killed by rackbench on lab4" in run.error and "outside rackbench" not in run.error
