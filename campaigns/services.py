@@ -90,9 +90,8 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None, team: Team | None
     if spec["flush_storage"] and storage is None:
         raise SpecError("cache.flush_storage", "is true but the campaign names no storage system")
     with transaction.atomic():
-        campaign = Campaign.objects.select_for_update().filter(name=spec["name"]).first()
-        if campaign and campaign.team_id != (team.pk if team else None):
-            raise SpecError("name", f"the name {campaign.name!r} is taken by another team's campaign; choose another")
+        # Names are unique per team: another team's campaign of that name is none of this one's business.
+        campaign = Campaign.objects.select_for_update().filter(name=spec["name"], team=team).first()
         if campaign and campaign.status != CampaignStatus.DRAFT:
             raise CampaignError(
                 f"campaign {campaign.name} is {campaign.status}; a launched campaign cannot be changed "
@@ -203,7 +202,7 @@ def preset_instantiate(
     with transaction.atomic():
         for part in preset.campaigns:
             data = preset.definition(part, name=name)
-            if Campaign.objects.filter(name=data["name"]).exists():
+            if Campaign.objects.filter(name=data["name"], team=team).exists():
                 raise SpecError("name", f"a campaign named {data['name']!r} already exists")
             data.update(nodes=nodes or [], node_tags=node_tags or [], storage=storage)
             created.append(campaign_apply(data=data, owner=owner, team=team))
@@ -216,7 +215,7 @@ def campaign_clone(*, campaign: Campaign, name: str, owner: Any = None) -> Campa
 
     data = campaign_spec(campaign=campaign)
     data["name"] = name
-    if Campaign.objects.filter(name=name).exists():
+    if Campaign.objects.filter(name=name, team=campaign.team).exists():
         raise SpecError("name", f"a campaign named {name!r} already exists")
     data.setdefault("family", campaign.family_name)
     return campaign_apply(data=data, owner=owner, team=campaign.team)

@@ -190,8 +190,12 @@ RACKBENCH: dict[str, Any] = {
     "MAX_RUNS_PER_CAMPAIGN": env_int("RACKBENCH_MAX_RUNS", 10_000, minimum=1),
     # Signs each verdict webhook (X-Rackbench-Signature: sha256=HMAC of the body); empty: unsigned.
     "WEBHOOK_SECRET": env_str("RACKBENCH_WEBHOOK_SECRET", ""),
-    # Guards /metrics (Authorization: Bearer <token>); empty: open, it shows counts only.
+    # Guards /metrics (Authorization: Bearer <token>); empty: /metrics answers 403 unless METRICS_OPEN says it may
+    # be read by anyone (it shows every team's counts).
     "METRICS_TOKEN": env_str("RACKBENCH_METRICS_TOKEN", ""),
+    "METRICS_OPEN": env_bool("RACKBENCH_METRICS_OPEN", False),
+    # Verdict webhooks to loopback, private, link-local or otherwise internal addresses are refused unless allowed.
+    "WEBHOOK_ALLOW_PRIVATE": env_bool("RACKBENCH_WEBHOOK_ALLOW_PRIVATE", False),
     "SSH_CONNECT_TIMEOUT": env_float("RACKBENCH_SSH_CONNECT_TIMEOUT", 10.0, minimum=0.1),
     "SSH_COMMAND_TIMEOUT": env_float("RACKBENCH_SSH_COMMAND_TIMEOUT", 120.0, minimum=0.1),
     "SSH_KEEPALIVE": env_int("RACKBENCH_SSH_KEEPALIVE", 15, minimum=0),
