@@ -30,12 +30,25 @@ def _persistent_secret(filename: str, factory: Callable[[], str]) -> str:
     return path.read_text().strip()
 
 
-DEBUG = env_bool("RACKBENCH_DEBUG", True)
+# Off unless asked for (scripts/demo does): tracebacks and settings are never shown by default.
+DEBUG = env_bool("RACKBENCH_DEBUG", False)
+# Unset secrets are generated once into the data directory, so a single machine runs with no configuration;
+# ``manage.py check --deploy`` fails until they are set (accounts.apps), as several machines must share them.
+SECRETS_GENERATED = [name for name in ("RACKBENCH_SECRET_KEY", "RACKBENCH_ENCRYPTION_KEYS") if not env_str(name, "")]
 SECRET_KEY = env_str("RACKBENCH_SECRET_KEY", "") or _persistent_secret("secret_key", lambda: secrets.token_urlsafe(50))
-if not DEBUG and not env_str("RACKBENCH_SECRET_KEY", ""):
-    raise ImproperlyConfigured("RACKBENCH_SECRET_KEY must be set when RACKBENCH_DEBUG is off")
 ALLOWED_HOSTS = env_list("RACKBENCH_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("RACKBENCH_CSRF_TRUSTED_ORIGINS", [])
+
+# HTTPS behind a TLS-terminating proxy (README, "Deploying with docker"): all off by default, for plain-HTTP
+# development; the production environment turns them on.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("RACKBENCH_SECURE_COOKIES", False)
+if env_bool("RACKBENCH_TRUST_X_FORWARDED_PROTO", False):  # only behind a proxy that sets it
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env_bool("RACKBENCH_SSL_REDIRECT", False)
+SECURE_REDIRECT_EXEMPT = [r"^metrics$"]  # Prometheus inside the stack scrapes over plain HTTP, with its token
+SECURE_HSTS_SECONDS = env_int("RACKBENCH_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("RACKBENCH_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("RACKBENCH_HSTS_PRELOAD", False)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -116,7 +129,9 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(env_str("RACKBENCH_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every request when it is missing
-WHITENOISE_USE_FINDERS = DEBUG  # development serves static/ directly, no collectstatic needed
+# Until collectstatic has filled STATIC_ROOT (the docker image does), static/ is served directly: development needs
+# neither DEBUG nor collectstatic.
+WHITENOISE_USE_FINDERS = DEBUG or not any(STATIC_ROOT.iterdir())
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
@@ -147,6 +162,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Two choice sets share the field name "kind": name each, or the schema gets a hashed name and a warning.
+    "ENUM_NAME_OVERRIDES": {
+        "StorageKindEnum": "inventory.models.StorageKind",
+        "SeriesKindEnum": "telemetry.models.SeriesKind",
+    },
 }
 
 # --- Celery -------------------------------------------------------------------------------------
@@ -223,8 +243,6 @@ for _name in ("PROMETHEUS_URL", "GRAFANA_URL"):
     if RACKBENCH[_name] and not RACKBENCH[_name].startswith(("http://", "https://")):
         raise ImproperlyConfigured(f"RACKBENCH_{_name}={RACKBENCH[_name]!r} must start with http:// or https://")
 if not RACKBENCH["ENCRYPTION_KEYS"]:
-    if not DEBUG:
-        raise ImproperlyConfigured("RACKBENCH_ENCRYPTION_KEYS must be set when RACKBENCH_DEBUG is off")
     from cryptography.fernet import Fernet
 
     RACKBENCH["ENCRYPTION_KEYS"] = [_persistent_secret("encryption_key", lambda: Fernet.generate_key().decode())]
