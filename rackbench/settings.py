@@ -6,8 +6,10 @@ filesystem queue under ``RACKBENCH_DATA_DIR`` (``./var``), so a newcomer needs n
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,7 @@ INSTALLED_APPS = [
     "django_celery_beat",
     "scheduling",
     "analysis",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -82,7 +85,31 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: it answers a locked-out login with 429
 ]
+
+# Login throttling (django-axes): after RACKBENCH_LOGIN_FAILURES wrong passwords for one user name from one address,
+# that pair is locked out for RACKBENCH_LOGIN_COOLOFF_MINUTES, even with the right password; a success resets the count.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("RACKBENCH_LOGIN_FAILURES", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("RACKBENCH_LOGIN_COOLOFF_MINUTES", 15.0, minimum=0.01))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_IPWARE_PROXY_COUNT = env_int(
+    "RACKBENCH_PROXY_COUNT", 0, minimum=0
+)  # proxies in front whose X-Forwarded-For counts
+AXES_VERBOSE = False
+
+# The API's request rates (per token, else per signed-in user; per address for anonymous requests): DRF throttles.
+# Counted in CACHES: with several web processes, set RACKBENCH_CACHE_URL to a Redis shared by them.
+_cache_url = env_str("RACKBENCH_CACHE_URL", "")
+if _cache_url and not _cache_url.startswith(("redis://", "rediss://")):
+    raise ImproperlyConfigured(f"RACKBENCH_CACHE_URL={_cache_url!r} must be a redis:// URL (or empty: per process)")
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url}
+    if _cache_url
+    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+}
 
 ROOT_URLCONF = "rackbench.urls"
 TEMPLATES = [
@@ -136,6 +163,15 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
 
+
+def _rate(name: str, default: str) -> str:
+    """A DRF rate: requests per second, minute, hour or day (``240/minute``)."""
+    value = env_str(name, default)
+    if not re.match(r"^[0-9]+/(s|sec|second|m|min|minute|h|hour|d|day)$", value):
+        raise ImproperlyConfigured(f"{name}={value!r} must be a rate such as 240/minute (per s, minute, hour, day)")
+    return value
+
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "api.authentication.TokenAuthentication",
@@ -151,6 +187,11 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["api.parsers.StrictJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["api.throttles.TokenOrUserThrottle", "rest_framework.throttling.AnonRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {
+        "user": _rate("RACKBENCH_API_RATE", "240/minute"),
+        "anon": _rate("RACKBENCH_API_ANON_RATE", "30/minute"),
+    },  # fmt: skip
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "rackbench API",
