@@ -115,7 +115,8 @@ def by_params(results: QuerySet[Result], query: QueryDict) -> QuerySet[Result]:
             value: Any = json.loads(raw)
         except ValueError:
             value = raw
-        results = results.filter(**{f"run__params__{name}": value})
+        # Containment, not a key lookup: "param.rw__isnull" is a parameter named "rw__isnull", never a lookup.
+        results = results.filter(run__params__contains={name: value})
     return results
 
 

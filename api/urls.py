@@ -4,7 +4,10 @@ from rest_framework.routers import DefaultRouter
 
 from api import views
 
+# No ".json" suffix routes: they add nothing to content negotiation (Accept, ?format=) and handed the actions a
+# "format" argument they do not take (a 500).
 router = DefaultRouter()
+router.include_format_suffixes = False
 router.register("nodes", views.NodeViewSet, basename="node")
 router.register("interfaces", views.InterfaceViewSet, basename="interface")
 router.register("credentials", views.CredentialViewSet, basename="credential")

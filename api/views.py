@@ -244,7 +244,7 @@ class CampaignViewSet(ScopedMixin, IdempotentMixin, viewsets.ModelViewSet):
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         spec, team_name = definition_from(request)
         team = team_for_new(self.scope, team_name)
-        if Campaign.objects.filter(name=spec.get("name")).exists():
+        if Campaign.objects.filter(name=spec.get("name"), team=team).exists():
             raise SpecError("name", f"a campaign named {spec.get('name')!r} already exists; PUT updates a draft")
         return self.answer(services.campaign_apply(data=spec, owner=request.user, team=team), 201)
 

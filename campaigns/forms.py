@@ -105,7 +105,7 @@ class BuilderForm(forms.Form):
     def check_name(self, data: dict[str, Any]) -> None:
         """A builder creates: a name already taken is an error here (``campaign apply`` would update it)."""
         name = data.get("name")
-        if isinstance(name, str) and Campaign.objects.filter(name=name).exists():
+        if isinstance(name, str) and Campaign.objects.filter(name=name, team=self.cleaned_data.get("team")).exists():
             raise SpecError("name", f"a campaign named {name!r} already exists; choose another")
 
     def save(self, *, owner: Any) -> Campaign | None:
@@ -187,9 +187,14 @@ class CampaignForm(forms.Form):
         name = self.cleaned_data["name"].strip()
         if not NAME_RE.match(name):  # checked here too, so it shows along with the form's other errors
             raise forms.ValidationError("letters, digits, '.', '_' or '-', up to 100 characters")
-        if Campaign.objects.filter(name=name).exists():
-            raise forms.ValidationError(f"a campaign named {name!r} already exists")
         return name
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        name, team = data.get("name"), data.get("team") or self.only_team
+        if name and Campaign.objects.filter(name=name, team=team).exists():  # in this team: names are per team
+            self.add_error("name", f"a campaign named {name!r} already exists")
+        return data
 
     def clean_fixed(self) -> dict[str, Any]:
         return parse_lines(self.cleaned_data["fixed"], many=False)

@@ -21,7 +21,7 @@ CAMPAIGN_TERMINAL = frozenset({CampaignStatus.SUCCEEDED, CampaignStatus.FAILED, 
 
 
 class Campaign(models.Model):
-    name = models.CharField(max_length=100, unique=True)
+    name = models.CharField(max_length=100)  # unique per team (Meta.constraints)
     description = models.TextField(blank=True)
     kind = models.CharField(max_length=50, default="fio")
     # [[name, [values...]], ...]: a list, because PostgreSQL's jsonb does not keep a mapping's key order.
@@ -74,6 +74,10 @@ class Campaign(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "name"], name="campaign_name_unique_per_team"),
+            models.UniqueConstraint(fields=["name"], condition=models.Q(team=None), name="campaign_name_unique_shared"),
+        ]
 
     def __str__(self) -> str:
         return self.name

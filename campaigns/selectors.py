@@ -330,9 +330,10 @@ def spec_preview(*, data: dict[str, Any], team: Any, owner: Any = None, max_poin
     return preview
 
 
-def unused_name(base: str) -> str:
-    """``base``, or ``base-2``, ``base-3``... : the first campaign name not taken yet."""
-    taken = set(Campaign.objects.filter(name__startswith=base).values_list("name", flat=True))
+def unused_name(base: str, team: Any = None) -> str:
+    """``base``, or ``base-2``, ``base-3``... : the first campaign name not taken yet in ``team`` (None: among shared
+    campaigns). Names are unique per team; another team's names are never looked at."""
+    taken = set(Campaign.objects.filter(name__startswith=base, team=team).values_list("name", flat=True))
     if base not in taken:
         return base
     return next(f"{base}-{i}" for i in range(2, len(taken) + 3) if f"{base}-{i}" not in taken)
@@ -360,6 +361,6 @@ def preset_spec(*, slug: str, suffix: str = "") -> dict[str, Any] | None:
 def clone_spec(*, campaign: Campaign) -> dict[str, Any]:
     """A previous campaign's definition under a new name, in its family (what campaign_clone creates)."""
     data = campaign_spec(campaign=campaign)
-    data["name"] = unused_name(campaign.name)
+    data["name"] = unused_name(campaign.name, campaign.team)
     data.setdefault("family", campaign.family_name)
     return data

@@ -105,7 +105,7 @@ def campaign_definition_check(*, data: dict[str, Any], owner: Any = None, team: 
         raise SpecError("launcher.login_node", f"no node named {login_node!r} in the inventory")
     if spec["flush_storage"] and storage is None:
         raise SpecError("cache.flush_storage", "is true but the campaign names no storage system")
-    existing = Campaign.objects.filter(name=spec["name"]).first()
+    existing = Campaign.objects.filter(name=spec["name"], team=team).first()
     _check_may_define(existing, team=team, owner=owner)
     campaign = Campaign(pk=existing.pk if existing else None, name=spec["name"], owner=owner, team=team)
     campaign.description = spec["description"]
@@ -131,8 +131,6 @@ def campaign_definition_check(*, data: dict[str, Any], owner: Any = None, team: 
 
 
 def _check_may_define(existing: Campaign | None, *, team: Team | None, owner: Any) -> None:
-    if existing and existing.team_id != (team.pk if team else None):
-        raise SpecError("name", f"the name {existing.name!r} is taken by another team's campaign; choose another")
     if existing and existing.status != CampaignStatus.DRAFT:
         raise CampaignError(
             f"campaign {existing.name} is {existing.status}; a launched campaign cannot be changed "
@@ -150,7 +148,8 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None, team: Team | None
     checked = campaign_definition_check(data=data, owner=owner, team=team)
     fields = checked.campaign
     with transaction.atomic():
-        campaign = Campaign.objects.select_for_update().filter(name=fields.name).first()
+        # Names are unique per team: another team's campaign of that name is none of this one's business.
+        campaign = Campaign.objects.select_for_update().filter(name=fields.name, team=team).first()
         _check_may_define(campaign, team=team, owner=owner)  # again, under the lock: a twin may have got there
         if campaign is None:
             campaign = fields
@@ -256,7 +255,7 @@ def preset_instantiate(
     with transaction.atomic():
         for part in preset.campaigns:
             data = preset.definition(part, name=name)
-            if Campaign.objects.filter(name=data["name"]).exists():
+            if Campaign.objects.filter(name=data["name"], team=team).exists():
                 raise SpecError("name", f"a campaign named {data['name']!r} already exists")
             data.update(nodes=nodes or [], node_tags=node_tags or [], storage=storage)
             created.append(campaign_apply(data=data, owner=owner, team=team))
@@ -269,7 +268,7 @@ def campaign_clone(*, campaign: Campaign, name: str, owner: Any = None) -> Campa
 
     data = campaign_spec(campaign=campaign)
     data["name"] = name
-    if Campaign.objects.filter(name=name).exists():
+    if Campaign.objects.filter(name=name, team=campaign.team).exists():
         raise SpecError("name", f"a campaign named {name!r} already exists")
     data.setdefault("family", campaign.family_name)
     return campaign_apply(data=data, owner=owner, team=campaign.team)

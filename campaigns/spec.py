@@ -38,6 +38,7 @@ from typing import Any
 
 import yaml
 
+from common.addresses import url_refusal
 from common.errors import FieldError
 from common.names import NAME_RE  # one rule for every name that becomes a path
 from plugins.benchmarks.base import ParamError, get_benchmark
@@ -213,7 +214,17 @@ def _verdict(value: Any) -> dict[str, Any]:
     webhook = value.get("webhook", "")
     if not isinstance(webhook, str) or (webhook and not re.match(r"^https?://[^\s]+$", webhook)):
         raise SpecError("verdict.webhook", "must be an http:// or https:// URL")
+    if webhook and not _allow_private_webhooks():
+        refusal = url_refusal(webhook, resolve=False)  # a name is resolved, and checked again, when it is called
+        if refusal:
+            raise SpecError("verdict.webhook", f"{refusal} (RACKBENCH_WEBHOOK_ALLOW_PRIVATE=1 allows it)")
     return dict(value)
+
+
+def _allow_private_webhooks() -> bool:
+    from django.conf import settings  # the definition's rules are otherwise Django-free
+
+    return bool(settings.RACKBENCH["WEBHOOK_ALLOW_PRIVATE"])
 
 
 def _env(value: Any) -> dict[str, str]:

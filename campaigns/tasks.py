@@ -96,9 +96,15 @@ def verdict_webhook_task(self: Task, verdict_id: int) -> str:
 
     from campaigns.baselines import webhook_request
     from campaigns.models import Verdict
+    from common.addresses import url_refusal
 
     verdict = Verdict.objects.select_related("campaign").get(pk=verdict_id)
     url, body, headers = webhook_request(verdict)
+    refusal = "" if settings.RACKBENCH["WEBHOOK_ALLOW_PRIVATE"] else url_refusal(url)
+    if refusal:  # permanent: no retry (RACKBENCH_WEBHOOK_ALLOW_PRIVATE=1 lets it through)
+        status = f"refused: {refusal}"
+        Verdict.objects.filter(pk=verdict_id).update(webhook_status=status[:200])
+        return status
     try:
         with urllib.request.urlopen(urllib.request.Request(url, data=body, headers=headers), timeout=10) as resp:
             status = f"{resp.status} at {timezone.now():%Y-%m-%d %H:%M:%S}"

@@ -337,8 +337,11 @@ def run_host_log(request: HttpRequest, pk: int, host_pk: int) -> HttpResponse:
 
 
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus exposition of rackbench's own state; with RACKBENCH_METRICS_TOKEN set, a bearer token is needed."""
+    """Prometheus exposition of rackbench's own state (every team's counts): it needs the bearer token
+    RACKBENCH_METRICS_TOKEN, or RACKBENCH_METRICS_OPEN=1 to be read by anyone."""
     token = settings.RACKBENCH["METRICS_TOKEN"]
+    if not token and not settings.RACKBENCH["METRICS_OPEN"]:
+        return HttpResponse("/metrics is off: set RACKBENCH_METRICS_TOKEN\n", status=403, content_type="text/plain")
     if token and not constant_time_compare(request.headers.get("Authorization", ""), f"Bearer {token}"):
         return HttpResponse("a bearer token is needed\n", status=401, content_type="text/plain")
     registry = CollectorRegistry(auto_describe=False)

@@ -9,6 +9,7 @@ in ``StorageCommandChange``.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import shlex
 from collections.abc import Callable, Sequence
@@ -126,3 +127,38 @@ def _validate(field: str, value: str) -> None:
         command_normalise(field, value)
     except CommandError as exc:
         raise ValidationError(exc.message) from None
+
+
+# --- what reaches mount and SSH: addresses and paths of storage systems -----------------------------------------
+
+HOST_NAME = re.compile(r"^(?=.{1,253}$)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?$")
+EXPORT_PATH = re.compile(r"^/[A-Za-z0-9_./+-]*$")
+MOUNT_OPTIONS = re.compile(r"^[A-Za-z0-9_=,.:+/-]*$")
+
+
+def validate_host(value: str) -> None:
+    """A host name or an IP address: never an option (``-o...``), a path or shell text."""
+    if not value:
+        return
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        if not HOST_NAME.match(value):
+            raise ValidationError(f"{value!r} is not a host name or IP address") from None
+
+
+def validate_addresses(value: object) -> None:
+    if not isinstance(value, list) or not all(isinstance(a, str) and a for a in value):
+        raise ValidationError("must be a list of host names or IP addresses")
+    for address in value:
+        validate_host(address)
+
+
+def validate_export_path(value: str) -> None:
+    if value and (not EXPORT_PATH.match(value) or ".." in value.split("/")):
+        raise ValidationError("must be an absolute path of letters, digits and _ . / + - (no '..'), e.g. /ifs/data")
+
+
+def validate_mount_options(value: str) -> None:
+    if value and not MOUNT_OPTIONS.match(value):
+        raise ValidationError("must be mount options such as rsize=1048576,nolock,nconnect=8")

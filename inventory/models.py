@@ -11,7 +11,14 @@ from django.db import models
 from accounts.models import Team
 from common.errors import FieldError
 from common.names import name_check
-from inventory.commands import validate_flush_command, validate_stats_command
+from inventory.commands import (
+    validate_addresses,
+    validate_export_path,
+    validate_flush_command,
+    validate_host,
+    validate_mount_options,
+    validate_stats_command,
+)
 
 
 def validate_name(value: str) -> None:
@@ -177,9 +184,9 @@ class StorageSystem(models.Model):
     )
     name = models.CharField(max_length=100, unique=True, validators=[validate_name])
     kind = models.CharField(max_length=30, choices=StorageKind.choices, default=StorageKind.NFS)
-    data_addresses = models.JSONField(default=list, blank=True)
-    export_path = models.CharField(max_length=500, blank=True)
-    mount_options = models.CharField(max_length=500, blank=True)
+    data_addresses = models.JSONField(default=list, blank=True, validators=[validate_addresses])
+    export_path = models.CharField(max_length=500, blank=True, validators=[validate_export_path])
+    mount_options = models.CharField(max_length=500, blank=True, validators=[validate_mount_options])
     flush_command = models.CharField(
         max_length=500,
         blank=True,
@@ -187,7 +194,7 @@ class StorageSystem(models.Model):
         help_text="run over SSH on the admin endpoint: sync, sysctl -w vm.drop_caches=3, isi_for_array isi_flush "
         "-123k or lctl set_param ldlm.namespaces.*.lru_size=clear (set by staff or the team's admins)",
     )
-    admin_address = models.CharField(max_length=255, blank=True)
+    admin_address = models.CharField(max_length=255, blank=True, validators=[validate_host])
     admin_port = models.PositiveIntegerField(default=22)
     admin_user = models.CharField(max_length=64, blank=True)
     admin_credential = models.ForeignKey(

@@ -74,11 +74,12 @@ def mount_command(plans: list[MountPlan], user: str) -> str:
     """One shell line mounting every point that is not mounted yet (idempotent)."""
     steps = []
     for p in plans:
+        # "--": whatever the storage's address or export path holds, mount never reads it as an option.
         if p.fstype == "bind":
-            mount = ["mount", "--bind", p.source, p.point]
+            mount = ["mount", "--bind", "--", p.source, p.point]
         else:
-            mount = ["mount", "-t", p.fstype] + (["-o", p.options] if p.options else []) + [p.source, p.point]
-        mkdir = shlex.join(_sudo(user, ["mkdir", "-p", p.point]))
+            mount = ["mount", "-t", p.fstype] + (["-o", p.options] if p.options else []) + ["--", p.source, p.point]
+        mkdir = shlex.join(_sudo(user, ["mkdir", "-p", "--", p.point]))
         steps.append(f"{mkdir} && {{ mountpoint -q {shlex.quote(p.point)} || {shlex.join(_sudo(user, mount))}; }}")
     return " && ".join(steps)
 

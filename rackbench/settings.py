@@ -6,8 +6,10 @@ filesystem queue under ``RACKBENCH_DATA_DIR`` (``./var``), so a newcomer needs n
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +32,25 @@ def _persistent_secret(filename: str, factory: Callable[[], str]) -> str:
     return path.read_text().strip()
 
 
-DEBUG = env_bool("RACKBENCH_DEBUG", True)
+# Off unless asked for (scripts/demo does): tracebacks and settings are never shown by default.
+DEBUG = env_bool("RACKBENCH_DEBUG", False)
+# Unset secrets are generated once into the data directory, so a single machine runs with no configuration;
+# ``manage.py check --deploy`` fails until they are set (accounts.apps), as several machines must share them.
+SECRETS_GENERATED = [name for name in ("RACKBENCH_SECRET_KEY", "RACKBENCH_ENCRYPTION_KEYS") if not env_str(name, "")]
 SECRET_KEY = env_str("RACKBENCH_SECRET_KEY", "") or _persistent_secret("secret_key", lambda: secrets.token_urlsafe(50))
-if not DEBUG and not env_str("RACKBENCH_SECRET_KEY", ""):
-    raise ImproperlyConfigured("RACKBENCH_SECRET_KEY must be set when RACKBENCH_DEBUG is off")
 ALLOWED_HOSTS = env_list("RACKBENCH_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("RACKBENCH_CSRF_TRUSTED_ORIGINS", [])
+
+# HTTPS behind a TLS-terminating proxy (README, "Deploying with docker"): all off by default, for plain-HTTP
+# development; the production environment turns them on.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("RACKBENCH_SECURE_COOKIES", False)
+if env_bool("RACKBENCH_TRUST_X_FORWARDED_PROTO", False):  # only behind a proxy that sets it
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env_bool("RACKBENCH_SSL_REDIRECT", False)
+SECURE_REDIRECT_EXEMPT = [r"^metrics$"]  # Prometheus inside the stack scrapes over plain HTTP, with its token
+SECURE_HSTS_SECONDS = env_int("RACKBENCH_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("RACKBENCH_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("RACKBENCH_HSTS_PRELOAD", False)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -58,6 +73,7 @@ INSTALLED_APPS = [
     "django_celery_beat",
     "scheduling",
     "analysis",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -69,7 +85,31 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: it answers a locked-out login with 429
 ]
+
+# Login throttling (django-axes): after RACKBENCH_LOGIN_FAILURES wrong passwords for one user name from one address,
+# that pair is locked out for RACKBENCH_LOGIN_COOLOFF_MINUTES, even with the right password; a success resets the count.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("RACKBENCH_LOGIN_FAILURES", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("RACKBENCH_LOGIN_COOLOFF_MINUTES", 15.0, minimum=0.01))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_IPWARE_PROXY_COUNT = env_int(
+    "RACKBENCH_PROXY_COUNT", 0, minimum=0
+)  # proxies in front whose X-Forwarded-For counts
+AXES_VERBOSE = False
+
+# The API's request rates (per token, else per signed-in user; per address for anonymous requests): DRF throttles.
+# Counted in CACHES: with several web processes, set RACKBENCH_CACHE_URL to a Redis shared by them.
+_cache_url = env_str("RACKBENCH_CACHE_URL", "")
+if _cache_url and not _cache_url.startswith(("redis://", "rediss://")):
+    raise ImproperlyConfigured(f"RACKBENCH_CACHE_URL={_cache_url!r} must be a redis:// URL (or empty: per process)")
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url}
+    if _cache_url
+    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+}
 
 ROOT_URLCONF = "rackbench.urls"
 TEMPLATES = [
@@ -116,10 +156,21 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(env_str("RACKBENCH_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every request when it is missing
-WHITENOISE_USE_FINDERS = DEBUG  # development serves static/ directly, no collectstatic needed
+# Until collectstatic has filled STATIC_ROOT (the docker image does), static/ is served directly: development needs
+# neither DEBUG nor collectstatic.
+WHITENOISE_USE_FINDERS = DEBUG or not any(STATIC_ROOT.iterdir())
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
+
+
+def _rate(name: str, default: str) -> str:
+    """A DRF rate: requests per second, minute, hour or day (``240/minute``)."""
+    value = env_str(name, default)
+    if not re.match(r"^[0-9]+/(s|sec|second|m|min|minute|h|hour|d|day)$", value):
+        raise ImproperlyConfigured(f"{name}={value!r} must be a rate such as 240/minute (per s, minute, hour, day)")
+    return value
+
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -136,6 +187,11 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["api.parsers.StrictJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["api.throttles.TokenOrUserThrottle", "rest_framework.throttling.AnonRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {
+        "user": _rate("RACKBENCH_API_RATE", "240/minute"),
+        "anon": _rate("RACKBENCH_API_ANON_RATE", "30/minute"),
+    },  # fmt: skip
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "rackbench API",
@@ -147,6 +203,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Two choice sets share the field name "kind": name each, or the schema gets a hashed name and a warning.
+    "ENUM_NAME_OVERRIDES": {
+        "StorageKindEnum": "inventory.models.StorageKind",
+        "SeriesKindEnum": "telemetry.models.SeriesKind",
+    },
 }
 
 # --- Celery -------------------------------------------------------------------------------------
@@ -190,8 +251,12 @@ RACKBENCH: dict[str, Any] = {
     "MAX_RUNS_PER_CAMPAIGN": env_int("RACKBENCH_MAX_RUNS", 10_000, minimum=1),
     # Signs each verdict webhook (X-Rackbench-Signature: sha256=HMAC of the body); empty: unsigned.
     "WEBHOOK_SECRET": env_str("RACKBENCH_WEBHOOK_SECRET", ""),
-    # Guards /metrics (Authorization: Bearer <token>); empty: open, it shows counts only.
+    # Guards /metrics (Authorization: Bearer <token>); empty: /metrics answers 403 unless METRICS_OPEN says it may
+    # be read by anyone (it shows every team's counts).
     "METRICS_TOKEN": env_str("RACKBENCH_METRICS_TOKEN", ""),
+    "METRICS_OPEN": env_bool("RACKBENCH_METRICS_OPEN", False),
+    # Verdict webhooks to loopback, private, link-local or otherwise internal addresses are refused unless allowed.
+    "WEBHOOK_ALLOW_PRIVATE": env_bool("RACKBENCH_WEBHOOK_ALLOW_PRIVATE", False),
     "SSH_CONNECT_TIMEOUT": env_float("RACKBENCH_SSH_CONNECT_TIMEOUT", 10.0, minimum=0.1),
     "SSH_COMMAND_TIMEOUT": env_float("RACKBENCH_SSH_COMMAND_TIMEOUT", 120.0, minimum=0.1),
     "SSH_KEEPALIVE": env_int("RACKBENCH_SSH_KEEPALIVE", 15, minimum=0),
@@ -219,8 +284,6 @@ for _name in ("PROMETHEUS_URL", "GRAFANA_URL"):
     if RACKBENCH[_name] and not RACKBENCH[_name].startswith(("http://", "https://")):
         raise ImproperlyConfigured(f"RACKBENCH_{_name}={RACKBENCH[_name]!r} must start with http:// or https://")
 if not RACKBENCH["ENCRYPTION_KEYS"]:
-    if not DEBUG:
-        raise ImproperlyConfigured("RACKBENCH_ENCRYPTION_KEYS must be set when RACKBENCH_DEBUG is off")
     from cryptography.fernet import Fernet
 
     RACKBENCH["ENCRYPTION_KEYS"] = [_persistent_secret("encryption_key", lambda: Fernet.generate_key().decode())]

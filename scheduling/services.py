@@ -48,7 +48,7 @@ def clone_name(campaign: Campaign, at: datetime) -> str:
     """``<name>-YYYYMMDD-HHMM`` (local time), cut to fit the 100-character limit, with ``-2``, ``-3``... when
     that name is taken (two firings in one minute)."""
     stamp = f"-{timezone.localtime(at, display_tz()):%Y%m%d-%H%M}"
-    return unused_name(campaign.name[: 100 - len(stamp) - 4] + stamp)
+    return unused_name(campaign.name[: 100 - len(stamp) - 4] + stamp, campaign.team)
 
 
 def _cron_for(kind: str, *, at: Any = None, weekday: int | None = None, cron: str = "") -> str:

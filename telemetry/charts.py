@@ -6,6 +6,7 @@ over one shared time window, so the charts of a run line up and can be read agai
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -90,11 +91,18 @@ def run_window(series: list[Series], t0_s: float | None, t1_s: float | None) -> 
     return first, start, end if end > start else last
 
 
+SECONDS_MAX = 10 * 365 * 86400.0  # a window far beyond any run is clamped to the run anyway
+
+
 def _seconds(text: str | None) -> float | None:
+    """Seconds from the run's first sample; anything else (a hand-edited URL: text, nan, 1e400) shows the whole run."""
     try:
-        return max(0.0, float(text)) if text not in (None, "") else None
+        value = float(text) if text not in (None, "") else None
     except ValueError:
-        return None  # a hand-edited URL: show the whole run
+        return None
+    if value is None or not math.isfinite(value):
+        return None
+    return min(max(0.0, value), SECONDS_MAX)
 
 
 def run_charts(series: list[Series], t0: str | None, t1: str | None) -> dict[str, Any]:

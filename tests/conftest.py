@@ -85,6 +85,15 @@ def group_alive(pgid: int | None) -> bool:
     return False
 
 
+@pytest.fixture(autouse=True)
+def _fresh_rate_counts() -> Iterator[None]:
+    """The API's throttles count requests in the cache (per process here): each test starts with none counted."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+
+
 # --- personas -------------------------------------------------------------------------------------
 
 

@@ -178,6 +178,8 @@ def test_it_exposes_its_own_metrics_for_prometheus(team: Any, settings: Any) -> 
 
     campaign = finished_campaign("measured", team, {"read": [1.0], "randread": [2.0]})
     campaign.runs.update(started_at=F("finished_at") - timedelta(seconds=2))
+    assert Client().get("/metrics").status_code == 403  # no token set: off, unless opened on purpose
+    settings.RACKBENCH = {**settings.RACKBENCH, "METRICS_OPEN": True}
     body = Client().get("/metrics").content.decode()
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for family in text_string_to_metric_families(body) for s in family.samples}  # fmt: skip

@@ -624,7 +624,7 @@ class Receiver(BaseHTTPRequestHandler):
 
 @pytest.mark.django_db
 def test_it_posts_a_signed_verdict_to_the_webhook(team: Any, settings: Any) -> None:
-    settings.RACKBENCH = {**settings.RACKBENCH, "WEBHOOK_SECRET": "s3cret"}
+    settings.RACKBENCH = {**settings.RACKBENCH, "WEBHOOK_SECRET": "s3cret", "WEBHOOK_ALLOW_PRIVATE": True}
     server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -645,7 +645,8 @@ def test_it_posts_a_signed_verdict_to_the_webhook(team: Any, settings: Any) -> N
 
 
 @pytest.mark.django_db
-def test_it_records_a_webhook_that_cannot_be_reached(team: Any) -> None:
+def test_it_records_a_webhook_that_cannot_be_reached(team: Any, settings: Any) -> None:
+    settings.RACKBENCH = {**settings.RACKBENCH, "WEBHOOK_ALLOW_PRIVATE": True}  # the receiver is on this machine
     base = finished_campaign("base", team, {"read": [100.0, 100.5], "randread": [50.0, 50.5]}, family="f")
     baselines.baseline_set(campaign=base)
     same = finished_campaign("same", team, {"read": [100.2, 100.4], "randread": [50.1, 50.3]}, family="f",

@@ -10,6 +10,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from django.contrib.auth.models import Permission
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.http import HttpRequest
 from django.test import Client
 from django.urls import reverse
 
@@ -309,5 +310,5 @@ def test_the_import_form_wants_exactly_one_source(admin_client: Client) -> None:
 
 def test_the_import_page_is_refused_to_staff_without_node_permissions(client: Client, django_user_model: Any) -> None:
     django_user_model.objects.create_user("viewer", password="pw-viewer-123", is_staff=True)
-    client.login(username="viewer", password="pw-viewer-123")
+    client.login(request=HttpRequest(), username="viewer", password="pw-viewer-123")  # login throttling needs one
     assert client.get(reverse("admin:inventory_node_import")).status_code == 403

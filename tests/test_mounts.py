@@ -47,8 +47,10 @@ def test_it_builds_idempotent_mount_and_unmount_lines() -> None:
     mount = mount_command(plans, "bench")
     unmount = unmount_command(plans, "root")
 
-    assert "mountpoint -q /mnt/isilon/0 || sudo -n mount -t nfs -o nconnect=8 10.1.0.1:/ifs/data /mnt/isilon/0" in mount
-    assert "sudo -n mkdir -p /mnt/isilon/1" in mount
+    assert (
+        "mountpoint -q /mnt/isilon/0 || sudo -n mount -t nfs -o nconnect=8 -- 10.1.0.1:/ifs/data /mnt/isilon/0" in mount
+    )
+    assert "sudo -n mkdir -p -- /mnt/isilon/1" in mount
     assert "if mountpoint -q /mnt/isilon/1; then umount /mnt/isilon/1 || rc=1; fi" in unmount
     for line in (mount, unmount):
         shlex.split(line)  # well-formed shell
@@ -60,7 +62,7 @@ def test_a_local_storage_is_bind_mounted() -> None:
     (plan,) = plan_mounts({"count": 1, "path": "/mnt/x"}, storage=local, node_index=3)
 
     assert (plan.fstype, plan.source, plan.point) == ("bind", "/scratch", "/mnt/x/0")
-    assert "mount --bind /scratch /mnt/x/0" in mount_command([plan], "root")
+    assert "mount --bind -- /scratch /mnt/x/0" in mount_command([plan], "root")
 
 
 @pytest.mark.parametrize(

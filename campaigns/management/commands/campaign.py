@@ -53,10 +53,13 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
 
     def _get(self, name: str) -> Campaign:
-        campaign = Campaign.objects.filter(name=name).first()
-        if campaign is None:
+        found = list(Campaign.objects.filter(name=name).select_related("team")[:10])
+        if not found:
             raise CommandError(f"no campaign named {name!r}")
-        return campaign
+        if len(found) > 1:  # names are unique per team: the command line sees every team
+            teams = ", ".join(c.team.name if c.team else "shared" for c in found)
+            raise CommandError(f"several campaigns are named {name!r} (teams: {teams}); use the API or the pages")
+        return found[0]
 
     def do_apply(self, files: list[str], **_: Any) -> None:
         for file in files:

@@ -21,7 +21,10 @@ class Command(BaseCommand):
         parser.add_argument("files", nargs="+")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        campaign = Campaign.objects.filter(name=opts["campaign"]).first()
+        found = list(Campaign.objects.filter(name=opts["campaign"])[:2])
+        if len(found) > 1:  # names are unique per team
+            raise CommandError(f"several teams have a campaign named {opts['campaign']!r}; import through the pages")
+        campaign = found[0] if found else None
         if campaign is None:
             raise CommandError(f"no campaign named {opts['campaign']!r} (create it first: manage.py campaign apply)")
         outputs = []

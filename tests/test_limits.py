@@ -1,0 +1,72 @@
+"""Brute force and request floods: login attempts are throttled per user name and address, the API per token and
+per user, both configurable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from accounts.services import token_create
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.django_db
+def test_fifty_wrong_passwords_lock_the_account_out_even_for_the_right_one(member: Any, settings: Any) -> None:
+    browser = Client()
+    url = reverse("login")
+    answers = [browser.post(url, {"username": "member", "password": f"guess-{i}"}).status_code for i in range(50)]
+    assert answers[:4] == [200] * 4 and set(answers[4:]) == {429}  # the 5th failure locks
+    right = browser.post(url, {"username": "member", "password": "pw-member-123"})
+    assert right.status_code == 429 and "_auth_user_id" not in browser.session
+    other = Client(REMOTE_ADDR="10.9.9.9")  # the same name from another address is its own count
+    assert other.post(url, {"username": "member", "password": "pw-member-123"}).status_code == 302
+
+
+@pytest.mark.django_db
+def test_a_success_resets_the_count(member: Any) -> None:
+    browser = Client()
+    url = reverse("login")
+    for _ in range(4):
+        browser.post(url, {"username": "member", "password": "wrong"})
+    assert browser.post(url, {"username": "member", "password": "pw-member-123"}).status_code == 302
+    browser.logout()
+    for _ in range(4):
+        assert browser.post(url, {"username": "member", "password": "wrong"}).status_code == 200
+
+
+@pytest.mark.django_db
+def test_the_api_answers_429_past_the_rate_of_a_token(member: Any, team: Any) -> None:
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token_create(user=member, team=team, name='ci').secret}")
+    answers = [api.get("/api/v1/presets/").status_code for _ in range(241)]
+    assert answers[:240] == [200] * 240 and answers[240] == 429
+    assert "Retry-After" in api.get("/api/v1/presets/").headers
+    other = APIClient()
+    other.credentials(HTTP_AUTHORIZATION=f"Bearer {token_create(user=member, team=team, name='other').secret}")
+    assert other.get("/api/v1/presets/").status_code == 200  # each token has its own budget
+    assert APIClient().get("/api/v1/presets/").status_code == 401
+
+
+def test_the_rates_come_from_the_environment_and_a_bad_one_stops_the_process(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RACKBENCH_")}
+    env.update(RACKBENCH_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="rackbench.settings")
+    code = ("import django; django.setup(); from django.conf import settings as s; "
+            "print(s.REST_FRAMEWORK['DEFAULT_THROTTLE_RATES']['user'], s.AXES_FAILURE_LIMIT)")  # fmt: skip
+
+    def run(**extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**env, **extra}, capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+
+    assert run().stdout.split() == ["240/minute", "5"]
+    assert run(RACKBENCH_API_RATE="50/hour", RACKBENCH_LOGIN_FAILURES="3").stdout.split() == ["50/hour", "3"]
+    bad = run(RACKBENCH_API_RATE="lots")
+    assert bad.returncode != 0 and "RACKBENCH_API_RATE" in bad.stderr
