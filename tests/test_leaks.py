@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from django.test import Client
 from rest_framework.test import APIClient
-from plugins.mounts import MountPlan, mount_command
 
 from accounts.models import Team
 from campaigns import baselines
@@ -19,6 +18,7 @@ from campaigns.tasks import verdict_webhook_task
 from common.addresses import url_refusal
 from inventory.models import StorageSystem
 from inventory.services import node_upsert, storage_upsert
+from plugins.mounts import MountPlan, mount_command
 
 SPEC = {"name": "blue-draft", "kind": "fio", "nodes": ["n1"], "fixed": {"bs": "4k", "size": "16M"},
         "matrix": {"rw": ["read"]}}  # fmt: skip
