@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def inventory() -> None:
-    for i in range(1, 9):
+    for i in range(1, 31):  # seed 001 scales to 30 nodes
         node_upsert(name=f"dgx{i}", address=f"10.0.0.{i}", tags=["dgx"], gpu_count=8)
     storage_upsert(name="nas", kind="nfs", data_addresses=["10.1.0.1", "10.1.0.2"], export_path="/export")
 

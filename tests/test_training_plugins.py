@@ -378,7 +378,7 @@ def test_it_builds_seed_000s_mpirun_command_on_the_primary_host():
     assert head == {"kind": "tf_cnn_benchmarks", "ranks": 48, "gpus": 48, "record_size_bytes": 115_000}
     assert mpirun[: mpirun.index("python3")] == [
         "mpirun", "-n", "48", "--allow-run-as-root", "--host", "dgx2-1:16,dgx2-2:16,dgx2-3:16", "--report-bindings",
-        "--bind-to", "none", "--map-by", "slot", "-x", "PATH", "-x", "LD_LIBRARY_PATH",
+        "--bind-to", "none", "--map-by", "slot", "-x", "LD_LIBRARY_PATH", "-x", "PATH",
         "-mca", "plm_rsh_agent", "ssh", "-mca", "plm_rsh_args", "-p 2222",
         "-mca", "pml", "ob1", "-mca", "btl", "^openib", "-mca", "btl_tcp_if_include", "enp53s0",
         "-x", "NCCL_DEBUG=INFO", "-x", "NCCL_IB_GID_INDEX=3", "-x", "NCCL_IB_HCA=mlx5", "-x", "NCCL_IB_SL=4",
