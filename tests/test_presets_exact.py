@@ -124,3 +124,50 @@ def test_the_training_preset_prints_the_papers_mpirun_command(
     assert our_hosts == hosts
     assert ours == without_round_robin(paper)
     assert our_env == paper_env
+
+
+def paper_job_file(number: str) -> dict[str, set[str]]:
+    """The paper's fio job file, section by section (its lines may span two code blocks, as seed 000's do)."""
+    text = seed_text(number)
+    body = text[text.index("[global]") : text.index("4. Run the FIO job")]
+    return job_sections(body)
+
+
+def job_sections(text: str) -> dict[str, set[str]]:
+    """{section: its option lines}. fio reads a section's options in any order (and a campaign's parameters are a
+    mapping, kept in no order by the database), so a section is compared as a set of lines; the directory list is
+    the inventory's mount points, compared by how many it names."""
+    sections: dict[str, set[str]] = {}
+    current = ""
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("```", ";")):
+            continue
+        if line.startswith("["):
+            current = line
+            sections[current] = set()
+        elif current:
+            key, _, value = line.partition("=")
+            sections[current].add(f"directory=<{len(value.split(':'))} mounts>" if key == "directory" else line)
+    return sections
+
+
+@needs_seeds
+@pytest.mark.parametrize(
+    ("number", "slug", "tag", "nodes"),
+    [("000", "seed000-fio-storage", "dgx2", 3), ("001", "seed001-fio", "gce", 18)],
+)
+def test_the_fio_preset_writes_the_papers_job_file(dgx: None, number: str, slug: str, tag: str, nodes: int) -> None:
+    (campaign,) = services.preset_instantiate(slug=slug, name=f"fio{number}", node_tags=[tag], storage="isilon")
+    preview = selectors.campaign_preview(campaign=campaign, max_points=1000)
+    point = next(p for p in preview["shown"] if p["params"]["nodes"] == nodes)
+    primary = point["hosts"][0]
+    job_files = {name: text for name, text in primary["files"].items() if name.endswith(".fio")}
+    assert len(job_files) == nodes  # fio --client: one job file per client, each with its own mount points
+    for text in job_files.values():
+        assert job_sections(text) == paper_job_file(number)
+    # The paper runs "fio --client=hosts fio1.job"; rackbench names each client with its job file (each client's
+    # directories are its own mounts) and asks for JSON output, which it reads.
+    argv = shlex.split(primary["command"].split(" && ", 1)[1])
+    assert sum(a.startswith("--client=") for a in argv) == nodes
+    assert all(h["service"].endswith("fio --server=ip:" + h["address"] + ",8765") for h in point["hosts"])
