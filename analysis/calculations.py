@@ -1,7 +1,14 @@
 """The arithmetic of the analysis pages, free of the database: scaling efficiency, storage demand and sizing.
 
-Scaling (seed 004 figure 4, seed 000 figure 7, seed 001 figure 3): the ideal is linear from a series' smallest
-point, ``ideal(x) = y0 * x / x0``, and the efficiency at each point is ``y / ideal(x)``.
+Scaling (seed 004 figure 4, seed 000 figure 7, seed 001 figure 3): x is what the run used (its GPUs, ranks or
+nodes) and the ideal is linear from a reference the user chooses:
+
+- ``smallest`` (seeds 000, 001): from the series' smallest point, ``ideal(x) = y0 * x / x0``;
+- ``one-gpu`` (seed 004: "scaling efficiency ... compared to linear scaling of one GPU"): from the throughput of
+  one GPU, ``ideal(x) = y1 * x``, with ``y1`` the series' point at x = 1.
+
+The efficiency at each point is ``y / ideal(x)``. With seed 004's shape (1 GPU: 100 img/s; 32 GPUs: 2,912 img/s)
+one-gpu gives 2912 / 3200 = 91.0%; smallest, when the series starts at 8 GPUs (776.5 img/s), gives 93.8%.
 
 Sizing (seed 000 table 3): a storage node that reads ``per_node`` MB/s feeds ``floor(per_node / per_gpu)`` GPUs
 that each demand ``per_gpu`` MB/s; ``gpus`` GPUs then need ``gpus / gpus_per_node`` storage nodes (the paper's
@@ -32,12 +39,25 @@ class ScalingPoint:
     efficiency_pct: float | None  # None where the ideal is 0 (a zero first point)
 
 
-def scaling(points: list[tuple[float, float]]) -> list[ScalingPoint]:
-    """Each point against linear scaling from the smallest x (points with x <= 0 cannot be scaled from)."""
+REFERENCES = ("smallest", "one-gpu")
+
+
+def scaling(
+    points: list[tuple[float, float]], *, reference: str = "smallest", base: float | None = None
+) -> list[ScalingPoint]:
+    """Each point against linear scaling from the reference (module docstring): the smallest x, or one GPU, whose
+    throughput is the series' point at x = 1 or ``base`` (one GPU's, measured in another series). Points with
+    x <= 0 cannot be scaled from; with one-gpu and no 1-GPU throughput there is no ideal (empty)."""
     usable = sorted((x, y) for x, y in points if x > 0)
     if not usable:
         return []
-    x0, y0 = usable[0]
+    if reference == "one-gpu":
+        one = next((y for x, y in usable if x == 1), base)
+        if one is None:
+            return []
+        x0, y0 = 1.0, one
+    else:
+        x0, y0 = usable[0]
     out = []
     for x, y in usable:
         ideal = y0 * x / x0

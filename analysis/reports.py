@@ -82,6 +82,7 @@ class Series:
     label: str
     points: list[selectors.PointStat]
     xs: list[float]
+    key: tuple[Any, ...] = ()  # (campaign id, the other axes' values, host, labels)
 
 
 def _split(
@@ -89,7 +90,10 @@ def _split(
 ) -> list[Series]:
     """One series per campaign and per value of the matrix axes other than x (and per host and labels in sweeps)."""
     names = {c.pk: c.name for c in campaigns}
-    along = {x, "nodes"} if x in (selectors.X_HOSTS, selectors.X_GPUS) else {x}  # axes that move along x
+    # Axes that move along x: with GPUs or nodes on x, the node count and the ranks per node (mpi_slots: 1, 2, 4
+    # GPUs of one node) are the same series as the multi-node points.
+    machine_x = (selectors.X_RUN_GPUS, selectors.X_HOSTS, selectors.X_GPUS)
+    along = {x, "nodes", "mpi_slots"} if x in machine_x else {x}
     axes = {c.pk: [a for a, _ in c.matrix if a not in along] for c in campaigns}
     groups: dict[tuple[Any, ...], list[tuple[float, selectors.PointStat]]] = defaultdict(list)
     for s in stats:
@@ -109,48 +113,88 @@ def _split(
             parts.append(host or "aggregate")
         parts += [f"{k}={v}" for k, v in labels]
         pts = sorted(groups[key], key=lambda p: p[0])
-        series.append(Series(" · ".join(parts), [p for _, p in pts], [x for x, _ in pts]))
+        series.append(Series(" · ".join(parts), [p for _, p in pts], [x for x, _ in pts], key))
     return series
 
 
 def x_title(x: str) -> str:
-    return {selectors.X_HOSTS: "nodes (hosts per run)", selectors.X_GPUS: "GPUs"}.get(x, x)
+    return {
+        selectors.X_RUN_GPUS: "GPUs used",
+        selectors.X_HOSTS: "nodes (hosts per run)",
+        selectors.X_GPUS: "GPUs of the nodes",
+    }.get(x, x)
 
 
 def x_axis(stats: list[selectors.PointStat], x: str, *, asked: bool) -> str:
-    """The x axis: as asked; by default GPUs, or nodes when the inventory counts no GPUs on the runs' nodes."""
-    if asked or x != selectors.X_GPUS or any(s.gpus for s in stats):
+    """The x axis: as asked; by default the GPUs the runs used, else the inventory's GPUs of their nodes, else the
+    node count."""
+    if asked or x not in (selectors.X_RUN_GPUS, selectors.X_GPUS):
         return x
-    return selectors.X_HOSTS
+    if x == selectors.X_RUN_GPUS and any(s.used_gpus for s in stats):
+        return x
+    return selectors.X_GPUS if any(s.gpus for s in stats) else selectors.X_HOSTS
 
 
-def _error_bars(points: list[selectors.PointStat]) -> tuple[list[float], list[float]]:
-    return [p.mean - (p.stdev or 0) for p in points], [p.mean + (p.stdev or 0) for p in points]
+def _one_gpu_bases(series: list[Series], statistic: str) -> dict[tuple[Any, ...], float]:
+    """One GPU's throughput for each series that has none of its own: that of a series of the same campaign whose
+    points differ only in env.* axes (seed 004's RoCE and TCP share the one-node runs, which cross no network)."""
+    own = {s.key: p.value(statistic) for s in series for x_, p in zip(s.xs, s.points, strict=True) if x_ == 1}
+
+    def without_env(key: tuple[Any, ...]) -> tuple[Any, ...]:
+        cid, split, host, labels = key
+        return (cid, tuple((a, v) for a, v in split if not str(a).startswith("env.")), host, labels)
+
+    shared = {without_env(k): v for k, v in own.items()}
+    return {s.key: shared[without_env(s.key)] for s in series if s.key not in own and without_env(s.key) in shared}
+
+
+def _error_bars(
+    points: list[selectors.PointStat], values: list[float] | None = None
+) -> tuple[list[float], list[float]]:
+    """One stdev either side of each point's value (its mean, or the statistic drawn)."""
+    ys = values if values is not None else [p.mean for p in points]
+    return [y - (p.stdev or 0) for p, y in zip(points, ys, strict=True)], [
+        y + (p.stdev or 0) for p, y in zip(points, ys, strict=True)
+    ]
 
 
 def scaling_report(
-    *, campaigns: list[Campaign], metric: str, x: str, where: dict[str, str], x_asked: bool = True
+    *,
+    campaigns: list[Campaign],
+    metric: str,
+    x: str,
+    where: dict[str, str],
+    x_asked: bool = True,
+    statistic: str = "mean",
+    reference: str = "smallest",
 ) -> tuple[charts.Figure, Table, str]:
-    """The chart and table of the metric against x (and the x taken: see x_axis), from statistics read once."""
+    """The chart and table of the metric against x (and the x taken: see x_axis), from statistics read once; each
+    point by the statistic chosen (mean or median of its repetitions), the linear ideal from the reference chosen
+    (calculations.scaling)."""
     stats = [s for s in selectors.point_stats(campaign_ids=[c.pk for c in campaigns], metric=metric)
              if all(str(s.params.get(k)) == v for k, v in where.items())]  # fmt: skip
     x = x_axis(stats, x, asked=x_asked)
     unit = stats[0].unit if stats else ""
-    table = Table("scaling", f"{metric} against {x_title(x)}",
-                  ["series", x_title(x), f"{metric} mean", "stdev", "n", "linear", "efficiency %", "unit"])  # fmt: skip
+    columns = ["series", x_title(x), f"{metric} {statistic}", "stdev", "n", "linear", "efficiency %", "unit"]
+    table = Table("scaling", f"{metric} against {x_title(x)}", columns)
     lines: list[charts.Line] = []
-    for series in _split(stats, campaigns, x):
-        scaled = calculations.scaling([(x_, p.mean) for x_, p in zip(series.xs, series.points, strict=True)])
+    all_series = _split(stats, campaigns, x)
+    bases = _one_gpu_bases(all_series, statistic) if reference == "one-gpu" else {}
+    for series in all_series:
+        values = [p.value(statistic) for p in series.points]
+        scaled = calculations.scaling(
+            list(zip(series.xs, values, strict=True)), reference=reference, base=bases.get(series.key)
+        )
         by_x = {s.x: s for s in scaled}
-        low, high = _error_bars(series.points)
+        low, high = _error_bars(series.points, values)
         notes = []
-        for x_, p in zip(series.xs, series.points, strict=True):
+        for x_, p, y in zip(series.xs, series.points, values, strict=True):
             s = by_x.get(x_)
             eff = s.efficiency_pct if s else None
             notes.append(f"{eff:.1f}% of linear, n={p.n}" if eff is not None else f"n={p.n}")
-            table.rows.append([series.label, x_, p.mean, p.stdev, p.n, s.ideal if s else None, eff, p.unit])
+            table.rows.append([series.label, x_, y, p.stdev, p.n, s.ideal if s else None, eff, p.unit])
         index = len(lines)
-        lines.append(charts.Line(series.label, series.xs, [p.mean for p in series.points], low, high, notes))
+        lines.append(charts.Line(series.label, series.xs, values, low, high, notes))
         if len(scaled) > 1:
             lines.append(charts.Line(f"{series.label} · linear", [s.x for s in scaled], [s.ideal for s in scaled],
                                      dashed=True, color_of=index))  # fmt: skip

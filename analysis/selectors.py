@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Avg, Count, Max, Min, Q, QuerySet, StdDev, Sum
+from django.db.models import Aggregate, Avg, Count, FloatField, Max, Min, Q, QuerySet, StdDev, Sum
 from django.http import Http404, HttpRequest
 
 from accounts.selectors import visible
@@ -21,14 +21,24 @@ from plugins.benchmarks import training
 CAMPAIGN_CHOICES = 300  # newest visible campaigns offered in a picker (selected ones always are)
 POINT_CHOICES = 200  # matrix points offered per selected campaign
 CompareSet = tuple[str, Campaign, list[int] | None]  # label, campaign, its chosen runs (None: all of them)
+X_RUN_GPUS = "gpus-used"  # x: the GPUs (ranks) the run used, as its own launch counted them
 X_HOSTS = "node-count"  # x: the number of hosts (nodes) a run used
 X_GPUS = "node-gpus"  # x: the GPUs of those hosts, as the inventory counts them
+STATISTICS = ("mean", "median")  # what a point's repetitions are summed up by (seed 004: the median of 3)
 SIZE_KEYS = frozenset({"bs", "size_bytes", "block_size", "blocksize", "length", "record_size", "record_size_bytes"})
 STORAGE_METRICS = {"fio": ("read_bw_bytes", 1e-6), "storage_read": ("read_mb_per_sec", 1.0)}  # metric, to MB/s
 # A training run's own throughput and what its plug-in derives from it (plugins/benchmarks/training.py)
 THROUGHPUT, STORED_PER_GPU, STORED_DEMAND = (spec.name for spec in training.TRAINING_METRICS)
 STORED_METRICS = (STORED_DEMAND, STORED_PER_GPU)
 SUCCEEDED = Q(run__status=RunStatus.SUCCEEDED, run__is_warmup=False)
+
+
+class Median(Aggregate):
+    """PostgreSQL's exact median (percentile_cont(0.5)) of a group's values."""
+
+    function = "percentile_cont"
+    template = "%(function)s(0.5) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = FloatField()
 
 
 def visible_campaigns(*, request: HttpRequest) -> QuerySet[Campaign]:
@@ -179,6 +189,12 @@ class PointStat:
     labels: dict[str, Any] = field(default_factory=dict)
     hosts: float | None = None  # mean number of hosts per run at this point
     gpus: float | None = None  # mean GPUs of those hosts per run
+    median: float | None = None  # the median of the repetitions
+    used_gpus: float | None = None  # the GPUs (ranks) each run used: see used_gpus()
+
+    def value(self, statistic: str) -> float:
+        """The point's value by the statistic chosen (mean or median)."""
+        return self.median if statistic == "median" and self.median is not None else self.mean
 
 
 def point_stats(*, campaign_ids: list[int], metric: str) -> list[PointStat]:
@@ -186,9 +202,24 @@ def point_stats(*, campaign_ids: list[int], metric: str) -> list[PointStat]:
     rows = Result.objects.filter(SUCCEEDED, run__campaign_id__in=campaign_ids, name=metric, host="", labels={})
     stats = _stats(rows, campaign_ids)
     machines = _hosts_per_point(campaign_ids)
+    rates = point_means(campaign_ids=campaign_ids, metrics=(THROUGHPUT, STORED_PER_GPU))
     for s in stats:
         s.hosts, s.gpus = machines.get((s.campaign_id, s.point), (None, None))
+        s.used_gpus = used_gpus(s, rates.get((s.campaign_id, s.point), {}))
     return stats
+
+
+def used_gpus(stat: PointStat, rates: dict[str, float]) -> float | None:
+    """The GPUs (ranks) a point's runs used: a training run's own count (its throughput over its per-GPU rate, both
+    stored by the plug-in from its launch), else mpi_slots ranks on each of its hosts, else the inventory's GPUs of
+    its hosts. Each run of a point uses the same number, so the ratio of the means is that number."""
+    total, per_gpu = rates.get(THROUGHPUT), rates.get(STORED_PER_GPU)
+    if total and per_gpu:
+        return round(total / per_gpu, 6)
+    slots = stat.params.get("mpi_slots")
+    if isinstance(slots, int) and not isinstance(slots, bool) and stat.hosts:
+        return slots * stat.hosts
+    return stat.gpus or None
 
 
 def _stats(rows: QuerySet[Result], campaign_ids: list[int], *by: str) -> list[PointStat]:
@@ -197,14 +228,15 @@ def _stats(rows: QuerySet[Result], campaign_ids: list[int], *by: str) -> list[Po
     group = ("run__campaign_id", "run__point", *by)
     grouped = (
         rows.values(*group)
-        .annotate(mean=Avg("value"), stdev=StdDev("value", sample=True), n=Count("id"), unit=Max("unit"))
+        .annotate(mean=Avg("value"), stdev=StdDev("value", sample=True), n=Count("id"), unit=Max("unit"),
+                  median=Median("value"))
         .order_by(*group)
-    )
+    )  # fmt: skip
     params = point_params(campaign_ids=campaign_ids)
     return [
         PointStat(r["run__campaign_id"], r["run__point"], params.get((r["run__campaign_id"], r["run__point"]), {}),
                   r["mean"], r["stdev"] if r["n"] > 1 else None, r["n"], r["unit"], r.get("host", ""),
-                  r.get("labels", {}))
+                  r.get("labels", {}), median=r["median"])
         for r in grouped
     ]  # fmt: skip
 
@@ -222,6 +254,8 @@ def _hosts_per_point(campaign_ids: list[int]) -> dict[tuple[int, int], tuple[flo
 
 
 def x_value(stat: PointStat, x: str) -> float | None:
+    if x == X_RUN_GPUS:
+        return stat.used_gpus
     if x == X_HOSTS:
         return stat.hosts
     if x == X_GPUS:

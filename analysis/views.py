@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.safestring import mark_safe
 
-from analysis import charts, exports, forms, reports, selectors
+from analysis import calculations, charts, exports, forms, reports, selectors
 from campaigns import selectors as campaign_selectors
 from campaigns.models import Campaign
 
@@ -56,8 +56,8 @@ def _scaling_x(request: HttpRequest, campaigns: list[Campaign], errors: list[str
     """The x axes a scaling chart offers (the runs' GPUs, their node count, the campaigns' matrix axes) and the one
     asked for, GPUs by default."""
     axes = sorted({a for c in campaigns for a, _ in c.matrix})
-    choices = list(dict.fromkeys([selectors.X_GPUS, selectors.X_HOSTS, *axes]))
-    return choices, _choice(request.GET, "x", choices, (), errors, "x axis") or selectors.X_GPUS
+    choices = list(dict.fromkeys([selectors.X_RUN_GPUS, selectors.X_GPUS, selectors.X_HOSTS, *axes]))
+    return choices, _choice(request.GET, "x", choices, (), errors, "x axis") or selectors.X_RUN_GPUS
 
 
 def _base(request: HttpRequest, campaigns: list[Campaign], errors: list[str]) -> dict[str, Any]:
@@ -101,11 +101,16 @@ def scaling(request: HttpRequest) -> HttpResponse:
     metric = _choice(request.GET, "metric", metrics, SCALING_METRICS, errors, "metric")
     x_choices, x = _scaling_x(request, campaigns, errors)
     where = forms.where(request.GET, errors)
-    context.update(metrics=metrics, metric=metric, x_choices=x_choices, x=x, where=where)
+    statistic = _choice(request.GET, "stat", selectors.STATISTICS, ("mean",), errors, "statistic") or "mean"
+    reference = _choice(request.GET, "reference", calculations.REFERENCES, ("smallest",), errors, "reference")
+    context.update(metrics=metrics, metric=metric, x_choices=x_choices, x=x, where=where, stat=statistic,
+                   reference=reference or "smallest", statistics=selectors.STATISTICS,
+                   references=calculations.REFERENCES)  # fmt: skip
     figure, tables = None, []
     if campaigns and metric:
         figure, table, context["x"] = reports.scaling_report(campaigns=campaigns, metric=metric, x=x, where=where,
-                                                             x_asked="x" in request.GET)  # fmt: skip
+                                                             x_asked="x" in request.GET, statistic=statistic,
+                                                             reference=reference or "smallest")  # fmt: skip
         tables.append(table)
     return _render(request, "analysis/scaling.html", context, name="scaling", tables=tables, figure=figure)
 

@@ -292,7 +292,7 @@ def test_it_draws_scaling_against_gpus_with_the_linear_ideal_and_the_efficiency(
 
     data = json.loads(client.get(url + "&format=json").content)
     rows = [r for r in data["rows"] if r["series"] == "fig7-isilon · model=resnet50"]
-    assert [r["GPUs"] for r in rows] == [16, 32, 48]  # from the inventory: 16 GPUs per DGX-2
+    assert [r["GPUs used"] for r in rows] == [16, 32, 48]  # no launch count stored: the inventory's 16 per DGX-2
     assert [r["linear"] for r in rows] == pytest.approx([13200, 26400, 39600])
     assert [r["efficiency %"] for r in rows] == pytest.approx([100.0, 26100 / 26400 * 100, 39139 / 39600 * 100])
     assert rows[2]["efficiency %"] == pytest.approx(98.84, abs=0.01)
@@ -332,6 +332,55 @@ def test_it_scales_against_a_matrix_axis_and_filters_points(owner: Any, team: An
     assert "Nothing to draw" in page  # model names are not numbers
     page = client.get(f"/analysis/scaling/?campaign={c.pk}&x=node-gpus").content.decode()
     assert "Nothing to draw" in page  # these runs recorded no hosts, so no GPUs of the inventory
+
+
+# Seed 004 figure 4: "scaling efficiency ... compared to linear scaling of one GPU", the median of 3 runs after steady
+# state. Data of its shape: one GPU 100 img/s; 1, 2, 4, 8 GPUs of one DGX-1 (mpi_slots) and 2 and 4 DGX-1s (16 and 32
+# GPUs), RoCE; over TCP only the multi-node points (one node crosses no network). At 32 GPUs the median is 2,912 img/s.
+SEED004 = {  # (nodes, mpi_slots or None, NCCL_IB_DISABLE): images/s of the 3 repetitions
+    (1, 1, 0): [100.0, 99.0, 101.5], (1, 2, 0): [199.0, 198.0, 200.0], (1, 4, 0): [396.0, 395.0, 397.5],
+    (1, 8, 0): [776.5, 770.0, 780.0], (2, None, 0): [1520.0, 1510.0, 1530.0], (4, None, 0): [2912.0, 2900.0, 2990.0],
+    (2, None, 1): [1200.0, 1190.0, 1215.0], (4, None, 1): [2100.0, 2080.0, 2150.0],
+}  # fmt: skip
+
+
+@pytest.fixture
+def seed004(team: Any) -> Any:
+    dgx1 = [Node.objects.create(name=f"dgx1-{i}", address=f"10.0.1.{i}", team=team, gpu_count=8) for i in range(4)]
+    c = campaign(team, "airi", kind="tf_cnn_benchmarks",
+                 axes={"nodes": [1, 2, 4], "mpi_slots": [1, 2, 4, 8], "env.NCCL_IB_DISABLE": [0, 1]})  # fmt: skip
+    for point, ((nodes, slots, tcp), ys) in enumerate(SEED004.items()):
+        gpus = (slots or 8) * nodes
+        params = {"nodes": nodes, "env.NCCL_IB_DISABLE": tcp, **({"mpi_slots": slots} if slots else {})}
+        runs(c, point, params, {"images_per_sec": ys, "images_per_sec_per_gpu": [y / gpus for y in ys]},
+             hosts=dgx1[:nodes])  # fmt: skip
+    return c
+
+
+@pytest.mark.django_db
+def test_it_reproduces_seed_004s_91_percent_from_its_definition(owner: Any, seed004: Any) -> None:
+    client = client_for(owner)
+    url = f"/analysis/scaling/?campaign={seed004.pk}&metric=images_per_sec&format=json"
+
+    data = json.loads(client.get(url + "&stat=median&reference=one-gpu").content)
+    roce = [r for r in data["rows"] if r["series"] == "airi · env.NCCL_IB_DISABLE=0"]
+    assert [r["GPUs used"] for r in roce] == [1, 2, 4, 8, 16, 32]  # one node's GPUs and the nodes: one series
+    assert roce[-1]["images_per_sec median"] == 2912
+    assert roce[-1]["linear"] == pytest.approx(3200)  # one GPU (100 img/s) x 32
+    assert roce[-1]["efficiency %"] == pytest.approx(91.0)
+    tcp = [r for r in data["rows"] if r["series"] == "airi · env.NCCL_IB_DISABLE=1"]
+    assert [r["GPUs used"] for r in tcp] == [16, 32]
+    assert tcp[-1]["efficiency %"] == pytest.approx(100 * 2100 / 3200)  # the same one-GPU base as RoCE
+
+    # The same data by the old definitions: the mean, linear from the smallest point of an 8-GPU-first series.
+    mean = json.loads(client.get(url + "&stat=mean&reference=one-gpu").content)
+    assert [r for r in mean["rows"] if r["series"].endswith("=0")][-1]["efficiency %"] == pytest.approx(
+        100 * (2912 + 2900 + 2990) / 3 / ((100 + 99 + 101.5) / 3 * 32)  # the mean of the one-GPU runs too
+    )
+    from_eight = json.loads(client.get(url + "&stat=median&reference=smallest&where=mpi_slots=8").content)
+    assert from_eight["rows"][0]["GPUs used"] == 8 and from_eight["rows"][0]["efficiency %"] == pytest.approx(100)
+    page = client.get(f"/analysis/scaling/?campaign={seed004.pk}&stat=median&reference=one-gpu").content.decode()
+    assert "91.0% of linear, n=3" in page and 'value="one-gpu" selected' in page
 
 
 @pytest.mark.django_db
@@ -381,7 +430,7 @@ def test_it_draws_the_demand_against_rated_and_measured_throughput_and_sizes_fro
     url = f"/analysis/storage/?campaign={train.pk}&measured={fio.pk}"
 
     demand = json.loads(client.get(url + "&format=json&table=demand").content)["rows"]
-    assert [r["GPUs"] for r in demand] == [16, 32, 48]
+    assert [r["GPUs used"] for r in demand] == [16, 32, 48]
     assert demand[2]["demand MB/s"] == pytest.approx(39139 * 0.115, rel=1e-3)  # 4,501 MB/s
     assert demand[2]["% of measured"] == pytest.approx(100 * 4501 / 28_750, abs=0.01)
     assert demand[2]["% of rated"] == pytest.approx(100 * 4501 / 30_000, abs=0.01)
@@ -417,7 +466,7 @@ def test_it_reads_the_demand_and_per_gpu_rate_the_training_runs_stored_and_compu
     url = f"/analysis/storage/?campaign={c.pk}"
 
     rows = json.loads(client.get(url + "&format=json&table=demand").content)["rows"]
-    assert [r["GPUs"] for r in rows] == [16, 32, 48]  # the x axis: the GPUs of the runs' nodes
+    assert [r["GPUs used"] for r in rows] == [8, 16, 24]  # the x axis: the GPUs the runs used, not their nodes' 16n
     assert [r["GPUs per run"] for r in rows] == [8, 16, 24]  # what each run used: images/s ÷ images/s per GPU
     assert [r["demand from"] for r in rows] == ["run", "run", "computed"]
     assert [r["demand MB/s"] for r in rows] == pytest.approx([1600, 3200, 24000 * 0.115])

@@ -30,7 +30,7 @@ PARTS = [(p.slug, i) for p in preset_list() for i in range(len(p.campaigns))]
 
 @pytest.fixture
 def inventory(team: Any) -> None:
-    for i in range(1, 9):
+    for i in range(1, 31):  # seed 001 scales to 30 nodes
         node_upsert(name=f"dgx{i}", address=f"10.0.0.{i}", tags=["dgx"], gpu_count=8, team=team)
     for i in range(1, 5):
         node_upsert(name=f"lab{i}", address=f"127.0.1.{i}", tags=["lab"], team=team)

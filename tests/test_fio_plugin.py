@@ -461,3 +461,28 @@ def test_client_mode_names_metrics_after_the_nodes(fio):
 def test_client_mode_options_are_checked(fio, params):
     with pytest.raises(ParamError):
         fio.validate({"rw": "read", **params})
+
+
+def test_it_places_the_options_named_in_global_options_in_the_global_section(fio):
+    params = {"rw": "read", "name": "job1", "iodepth": 32, "kb_base": 1000, "global_options": "iodepth,kb_base"}
+    lines = fio.build(params, HOST).files["job.fio"].splitlines()[1:]
+    assert lines == [
+        "[global]",
+        "name=job1",
+        "size=64M",
+        "directory=/scratch/rackbench/n1",
+        "iodepth=32",
+        "kb_base=1000",
+        "",
+        "[job1]",
+        "rw=read",
+    ]
+    for bad in ("iodepth,bogus", "numjobs"):
+        with pytest.raises(ParamError) as caught:
+            fio.validate({**params, "global_options": bad})
+        assert caught.value.field == "global_options"
+
+
+def test_it_writes_no_default_size_when_the_campaign_gives_one(fio):
+    text = fio.build({"rw": "read", "size": "458GB", "fallocate": "none"}, HOST).files["job.fio"]
+    assert "size=64M" not in text and "\nsize=458GB\n" in text and "\nfallocate=none\n" in text

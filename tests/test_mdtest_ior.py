@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from plugins.benchmarks import mdtest as mdtest_module
 from plugins.benchmarks.base import HostContext, HostInfo, Metric, ParamError, ParseError, get_benchmark
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -67,7 +68,8 @@ def test_it_gives_every_parsed_mdtest_metric_its_declared_unit_and_the_run_as_ho
             continue
         for metric in mdtest.parse(fixture_text("mdtest", path.name), host="dgx2-1"):
             assert metric.unit == mdtest.spec(metric.name).unit, (path.name, metric)
-            assert metric.host == "" and metric.labels == {}, (path.name, metric)
+            assert metric.host == "", (path.name, metric)
+            assert metric.labels == {} or "four-tests" in path.name, (path.name, metric)  # one test: unlabelled
 
 
 # --- mdtest: parsing -------------------------------------------------------------------------------------------
@@ -145,6 +147,42 @@ def test_it_reads_a_files_only_run_with_a_tree_and_data(mdtest):
     assert not any(m.name.startswith("directory_") for m in metrics)
     assert value(metrics, "file_read_ops_per_sec") == pytest.approx(352068.708)
     assert value(metrics, "tree_creation_ops_per_sec_min") == pytest.approx(1432.519)
+
+
+# Four tests in one output: AKRR's mdtest app kernel runs mdtest four times into one log (fixtures/mdtest/SOURCES.md),
+# with mdtest 1.9.3 ("SUMMARY:") and IOR 3.2.0's mdtest ("SUMMARY rate:").
+FOUR_TESTS = ["single directory", "unique directory", "single tree", "tree per process"]
+
+
+@pytest.mark.parametrize(
+    ("name", "file_creation_means"),
+    [
+        ("mdtest-1.9.3-akrr-four-tests.txt", [113.827, 35892.066, 1807.941, 26951.173]),
+        ("mdtest-ior3.2.0-akrr-four-tests.txt", None),
+    ],
+)
+def test_it_keeps_every_test_of_an_output_labelled_with_what_it_measured(mdtest, name, file_creation_means):
+    metrics = mdtest.parse(fixture_text("mdtest", name), host="n1")
+    creation = {m.labels["test"]: m.value for m in metrics if m.name == "file_creation_ops_per_sec"}
+    assert list(creation) == FOUR_TESTS  # nothing lost, in the order they ran
+    assert all(m.labels and set(m.labels) == {"test"} for m in metrics)  # no unlabelled mix of the four
+    if file_creation_means:
+        assert list(creation.values()) == file_creation_means
+    trees = {m.labels["test"]: m.value for m in metrics if m.name == "tree_creation_ops_per_sec"}
+    assert set(trees) == set(FOUR_TESTS)
+    assert mdtest.missing(metrics, ["n1"]) == []
+
+
+def test_it_names_a_test_from_its_command_line():
+    assert mdtest_module.test_name("/x/mdtest -v -I 32 -z 0 -b 0 -i 2") == "single directory"
+    assert mdtest_module.test_name('/x/mdtest "-v" "-I" "32" "-z" "0" "-i" "10" "-u"') == "unique directory"
+    assert mdtest_module.test_name("mdtest -I 4 -z 4 -b 2 -i 2") == "single tree"
+    assert mdtest_module.test_name("mdtest '-n' '20' '-u' '-z' '2' '-b' '3'") == "tree per process"
+
+
+def test_one_test_alone_keeps_its_rates_unlabelled(mdtest):
+    metrics = mdtest.parse(fixture_text("mdtest", "mdtest-4.0.0.txt"), host="n1")
+    assert metrics and all(m.labels == {} for m in metrics)
 
 
 def test_it_refuses_an_interrupted_mdtest_output(mdtest):
@@ -273,7 +311,8 @@ def test_it_gives_every_parsed_ior_metric_its_declared_unit_and_the_run_as_host(
             continue
         for metric in metrics:
             assert metric.unit == ior.spec(metric.name).unit, (path.name, metric)
-            assert metric.host == "" and metric.labels == {}, (path.name, metric)
+            assert metric.host == "", (path.name, metric)
+            assert metric.labels == {} or "four-tests" in path.name, (path.name, metric)  # one test: unlabelled
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def inventory() -> None:
-    for i in range(1, 9):
+    for i in range(1, 31):  # seed 001 scales to 30 nodes
         node_upsert(name=f"dgx{i}", address=f"10.0.0.{i}", tags=["dgx"], gpu_count=8)
     storage_upsert(name="nas", kind="nfs", data_addresses=["10.1.0.1", "10.1.0.2"], export_path="/export")
 
@@ -108,7 +108,7 @@ def test_the_seed000_training_sweep_has_the_vgg16_batch_and_three_node_counts(in
 
 
 def test_roce_vs_tcp_varies_nccl_ib_disable_with_the_tuned_parameters_per_model(inventory: None) -> None:
-    fabric, one_node = services.preset_instantiate(slug="seed004-roce-vs-tcp", name="airi", node_tags=["dgx"])
+    (fabric,) = services.preset_instantiate(slug="seed004-roce-vs-tcp", name="airi", node_tags=["dgx"])
 
     points = _points(fabric)
     assert {p["env.NCCL_IB_DISABLE"] for p in points} == {0, 1}
@@ -126,7 +126,10 @@ def test_roce_vs_tcp_varies_nccl_ib_disable_with_the_tuned_parameters_per_model(
         "vgg16": (64, 28, 40),
     }
     assert fabric.repetitions == 3 and fabric.warmup_runs == 1
-    assert {p["mpi_slots"] for p in _points(one_node)} == {1, 2, 4}  # the 1-GPU base of the linear line
+    # one campaign: the one-GPU base (1, 2, 4, 8 GPUs of one node) and the nodes are one series per model
+    gpus = sorted({p["nodes"] * p["mpi_slots"] for p in points if p["model"] == "resnet50"})
+    assert gpus == [1, 2, 4, 8, 16, 32]
+    assert all(p["mpi_slots"] == 8 for p in points if p["nodes"] > 1)
 
 
 def test_the_nccl_presets_expect_gdrdma_between_nodes(inventory: None) -> None:

@@ -378,7 +378,7 @@ def test_it_builds_seed_000s_mpirun_command_on_the_primary_host():
     assert head == {"kind": "tf_cnn_benchmarks", "ranks": 48, "gpus": 48, "record_size_bytes": 115_000}
     assert mpirun[: mpirun.index("python3")] == [
         "mpirun", "-n", "48", "--allow-run-as-root", "--host", "dgx2-1:16,dgx2-2:16,dgx2-3:16", "--report-bindings",
-        "--bind-to", "none", "--map-by", "slot", "-x", "PATH", "-x", "LD_LIBRARY_PATH",
+        "--bind-to", "none", "--map-by", "slot", "-x", "LD_LIBRARY_PATH", "-x", "PATH",
         "-mca", "plm_rsh_agent", "ssh", "-mca", "plm_rsh_args", "-p 2222",
         "-mca", "pml", "ob1", "-mca", "btl", "^openib", "-mca", "btl_tcp_if_include", "enp53s0",
         "-x", "NCCL_DEBUG=INFO", "-x", "NCCL_IB_GID_INDEX=3", "-x", "NCCL_IB_HCA=mlx5", "-x", "NCCL_IB_SL=4",
@@ -447,6 +447,41 @@ def test_it_builds_the_horovod_synthetic_benchmark_command():
         "python3", "-u", "/horovod/examples/pytorch/pytorch_synthetic_benchmark.py",
         "--model", "resnet50", "--batch-size", "64", "--num-iters", "10", "--fp16-allreduce",
     ]  # fmt: skip
+
+
+# DLLogger's JSON records (DLLL lines): NVIDIA/dllogger's own example log (2019, before "elapsedtime"), and the same
+# records written again by dllogger 1.1.0 to /dev/stdout, as json_log makes main.py do (fixtures' SOURCES.md).
+
+
+@pytest.mark.parametrize("name", ["dllogger-example-resnet-log-2019.json", "dllogger-1.1.0-replay-dev-stdout.txt"])
+def test_it_reads_dllogger_json_records_unrounded_per_epoch_and_summary(name):
+    metrics = parse("pytorch_resnet", name)
+    assert value(metrics, "images_per_sec") == 661.9801574510492  # step []: the Summary
+    assert value(metrics, "compute_images_per_sec") == 663.9765207522363  # its second record
+    assert value(metrics, "images_per_sec", epoch=0) == 648.9330897795348  # step [0]
+    assert value(metrics, "images_per_sec", epoch=1) == 675.0272251225636
+    assert value(metrics, "images_per_sec_per_gpu") == 661.9801574510492  # PARAMETER world_size 1
+
+
+def test_it_prefers_the_json_records_to_the_rounded_stdout_lines():
+    text = fixture("pytorch_resnet", "dle-1080ti-amp-2020-lambda.txt")
+    text += fixture("pytorch_resnet", "dllogger-example-resnet-log-2019.json")
+    metrics = get_benchmark("pytorch_resnet").parse(text, host="dgx2-1")
+    assert value(metrics, "images_per_sec") == 661.9801574510492
+
+
+def test_it_refuses_json_records_that_stop_mid_epoch():
+    lines = fixture("pytorch_resnet", "dllogger-example-resnet-log-2019.json").splitlines(keepends=True)
+    with pytest.raises(ParseError, match="4 iterations.*interrupted"):
+        get_benchmark("pytorch_resnet").parse("".join(lines[:11]), host="dgx2-1")
+
+
+def test_it_asks_main_py_for_its_json_records_on_stdout():
+    params = {"script": "/workspace/rn50/main.py", "json_log": True}
+    _, mpirun = split_launch(get_benchmark("pytorch_resnet").build(params, context()).argv)
+    assert mpirun[-2:] == ["--raport-file", "/dev/stdout"]
+    _, plain = split_launch(get_benchmark("pytorch_resnet").build({"script": "/w/main.py"}, context()).argv)
+    assert "--raport-file" not in plain
 
 
 def test_it_builds_the_pytorch_resnet_command_with_torch_distributed_environment():

@@ -13,6 +13,10 @@ and validation closes each of them:
   value, so values hold neither ``;`` nor ``#`` and do not start or end with a blank: fio would run something else.
 - A section name starting with ``global`` makes a global section, so the job name is checked too.
 
+Job file layout: [global] holds where the data goes, ``name=`` when the campaign names the job, rackbench's default
+``size`` when the campaign gives none, and the options listed in ``global_options`` (comma-separated), so that a
+paper's job file (seeds 000 and 001) comes out section for section; every other option goes into the job section.
+
 Data placement: fio's files go to ``directory``, by default the host's ``data_dir``, which the runner creates before
 the run (``mkdir -p`` in runners.execution). fio refuses a ``directory`` that does not exist ("<dir> is not a
 directory"), and that is kept on purpose: a directory a campaign names is usually a mount point, and creating it
@@ -26,7 +30,7 @@ import json
 import math
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from common import parameters
@@ -211,6 +215,7 @@ FIO_OPTIONS: dict[str, parameters.Check] = {
     "create_serialize": _flag,
     "sync": _flag,
     "unlink": _flag,
+    "fallocate": _job_value(parameters.choice("none", "native", "posix", "keep", "truncate", "0", "1")),
 }
 # Parameters that are not job options: they name the job and place its data.
 CONTROL_PARAMS: dict[str, parameters.Check] = {"name": _job_name, "directory": _directory, "filename": _filename}
@@ -221,6 +226,8 @@ class _Job:
     name: str
     placement: list[str]  # the [global] lines saying where the data files go
     options: dict[str, str]  # the campaign's fio options, as written in the job section
+    shared: dict[str, str] = field(default_factory=dict)  # options written in [global] (global_options)
+    named: bool = False  # the campaign named the job: name= is written in [global] too, as the seeds' job files do
 
 
 def _checked(key: Any, value: Any) -> str:
@@ -237,7 +244,21 @@ def _checked(key: Any, value: Any) -> str:
         raise ParamError(key, str(exc)) from None
 
 
+def _global_options(value: Any, values: dict[str, str]) -> list[str]:
+    """``global_options``: which of the campaign's fio options go into [global] (comma-separated names), as a
+    paper's job file places them; fio reads an option the same in either section of a one-job file."""
+    names = [n.strip() for n in str(parameters.text(value)).split(",") if n.strip()]
+    for name in names:
+        if name not in FIO_OPTIONS:
+            raise ParamError("global_options", f"{name!r} is not a fio option rackbench writes")
+        if name not in values:
+            raise ParamError("global_options", f"{name!r} is not set in this campaign")
+    return names
+
+
 def _job(params: dict[str, Any], data_dirs: list[str]) -> _Job:
+    shared_names = params.get("global_options")
+    params = {k: v for k, v in params.items() if k != "global_options"}
     values = {key: _checked(key, value) for key, value in params.items()}
     if "rw" not in values:
         raise ParamError("rw", f"is required (one of {', '.join(RW_MODES)})")
@@ -246,8 +267,16 @@ def _job(params: dict[str, Any], data_dirs: list[str]) -> _Job:
     placement = [f"directory={values.pop('directory', None) or ':'.join(_data_dir(d) for d in data_dirs)}"]
     if "filename" in values:
         placement.append(f"filename={values.pop('filename')}")
+    named = "name" in values
     name = values.pop("name", DEFAULT_JOB_NAME)
-    return _Job(name=name, placement=placement, options=values)
+    shared = _global_options(shared_names, values) if shared_names is not None else []
+    return _Job(
+        name=name,
+        placement=placement,
+        options={k: v for k, v in values.items() if k not in shared},
+        shared={k: values[k] for k in shared},
+        named=named,
+    )
 
 
 def _data_dir(data_dir: str) -> str:
@@ -259,11 +288,15 @@ def _data_dir(data_dir: str) -> str:
 
 
 def _job_file(job: _Job) -> str:
+    has_size = "size" in job.options or "size" in job.shared
     lines = [
-        "; written by rackbench: [global] holds rackbench's settings, the job section the campaign's fio options",
+        "; written by rackbench: [global] holds where the data goes and the options named in global_options, the job"
+        " section the campaign's other fio options",
         "[global]",
-        f"size={DEFAULT_SIZE}",
+        *([f"name={job.name}"] if job.named else []),
+        *([] if has_size else [f"size={DEFAULT_SIZE}"]),
         *job.placement,
+        *(f"{key}={value}" for key, value in job.shared.items()),
         "",
         f"[{job.name}]",
         *(f"{key}={value}" for key, value in job.options.items()),

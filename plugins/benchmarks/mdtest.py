@@ -16,7 +16,13 @@ Output: the SUMMARY table mdtest prints once at the end, in any of the layouts i
 table (``-P``) is ignored. Each row gives Max, Min, Mean and Std Dev over the iterations; with
 ``--show-rank-statistics`` more columns come first, so the last four are read.
 
-Metrics, all for the whole run (host "", labels {}): for each operation in the table
+Several tests in one output (a script that ran mdtest four times into one log: a single directory, a unique
+directory per process with -u, a single tree with -z, a tree per process with -u -z; or one command's table per
+task count with -f/-l/-s): every table is read, its metrics labelled ``{"test": "single directory" | "unique
+directory" | "single tree" | "tree per process"}`` (from its "Command line used" line) and, where one test printed
+several tables, ``"tasks": N`` (from its "N tasks, M files/directories" line). One table alone keeps labels {}.
+
+Metrics, all for the whole run (host "", labels {} for an output of one table): for each operation in the table
 (``directory_creation``, ``directory_stat``, ``directory_rename``, ``directory_removal``, ``file_creation``,
 ``file_stat``, ``file_read``, ``file_removal``, ``tree_creation``, ``tree_removal``):
 
@@ -35,6 +41,8 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
+from dataclasses import dataclass
 from typing import Any
 
 from common import parameters
@@ -249,23 +257,88 @@ def _failure_hint(text: str) -> str:
     return f" (it said: {match.group(0).strip()[:200]})" if match else ""
 
 
+COMMAND = re.compile(r"^Command line used: (.*)$", re.MULTILINE)
+TASKS = re.compile(r"^(\d+) tasks, \d+ (?:files/directories|files|directories)\s*$", re.MULTILINE)
+
+
+def test_name(command_line: str) -> str:
+    """What an mdtest command measures, from its options: a single directory shared by every task, a unique
+    directory per task (-u), a single tree (-z depth > 0) or a tree per task (-u with -z)."""
+    try:
+        tokens = shlex.split(command_line)
+    except ValueError:
+        tokens = command_line.split()
+    unique = "-u" in tokens
+    depth = tokens[tokens.index("-z") + 1] if "-z" in tokens[:-1] else "0"
+    if depth.isdigit() and int(depth) > 0:
+        return "tree per process" if unique else "single tree"
+    return "unique directory" if unique else "single directory"
+
+
+@dataclass(frozen=True)
+class _Table:
+    rows: list[str]
+    test: str  # test_name() of the command that printed it ("" without a "Command line used" line)
+    tasks: int | None  # the task count it is for ("96 tasks, 3072 files/directories")
+
+
+def _tables(text: str) -> list[_Table]:
+    """Every rate table, with the test (the mdtest command) and the task count it belongs to. Several mdtest
+    commands may have written to one output (a script running the four classic tests one after the other), and one
+    command prints a table per task count with -f/-l/-s."""
+    commands = list(COMMAND.finditer(text))
+    starts = [0] + [m.start() for m in commands[1:]] if commands else [0]
+    found = []
+    for i, start in enumerate(starts):
+        section = text[start : starts[i + 1] if i + 1 < len(starts) else len(text)]
+        test = test_name(commands[i].group(1)) if commands else ""
+        for rows, table_at in _rate_tables_at(section):
+            counts = [int(m.group(1)) for m in TASKS.finditer(section[:table_at])]
+            found.append(_Table(rows, test, counts[-1] if counts else None))
+    return found
+
+
+def _rate_tables_at(text: str) -> list[tuple[list[str], int]]:
+    return [(rows, at) for rows, at in zip(_rate_tables(text), _table_starts(text), strict=True)]
+
+
+def _table_starts(text: str) -> list[int]:
+    return [m.start() for m in SUMMARY.finditer(text) if m.group(1).strip().lower() in ("", "rate", "(in ops/sec)")]
+
+
+def _labels(table: _Table, tables: list[_Table]) -> dict[str, Any]:
+    """{} for the one table of a one-test output (the common case: a run of rackbench's own command); else the
+    test and, where one test has several, the task count, so that no table's rates are lost or mixed up."""
+    if len(tables) == 1:
+        return {}
+    labels: dict[str, Any] = {}
+    tests = [t.test for t in tables]
+    if len(set(tests)) > 1 or tests[0]:
+        labels["test"] = table.test
+    if sum(1 for t in tables if t.test == table.test) > 1:
+        labels["tasks"] = table.tasks
+    return labels
+
+
 def parse_summary(text: str) -> list[Metric]:
+    """The rates of every SUMMARY table: labelled {test: ..., tasks: ...} when the output holds several."""
     text = clean(text)
-    tables = _rate_tables(text)
+    tables = _tables(text)
     if not tables:
         raise ParseError(f"no mdtest SUMMARY rate table found: mdtest did not finish{_failure_hint(text)}")
-    # With -f/-l/-s (several task counts) mdtest prints one table per count; the last is the largest job.
     metrics: list[Metric] = []
-    for line in tables[-1]:
-        match = ROW.match(line)
-        assert match is not None
-        op = OPERATIONS[f"{match.group(1)} {match.group(2)}"]
-        stats = _statistics(match.group(3))
-        if stats is None or not any(stats[:3]):
-            continue  # unreadable, or a phase mdtest did not run
-        for (suffix, _, _), value in zip(STATISTICS, stats, strict=True):
-            name = f"{op}_ops_per_sec{suffix}"
-            metrics.append(Metric(name=name, value=value, unit=_UNITS[name], host=""))
+    for table in tables:
+        labels = _labels(table, tables)
+        for line in table.rows:
+            match = ROW.match(line)
+            assert match is not None
+            op = OPERATIONS[f"{match.group(1)} {match.group(2)}"]
+            stats = _statistics(match.group(3))
+            if stats is None or not any(stats[:3]):
+                continue  # unreadable, or a phase mdtest did not run
+            for (suffix, _, _), value in zip(STATISTICS, stats, strict=True):
+                name = f"{op}_ops_per_sec{suffix}"
+                metrics.append(Metric(name=name, value=value, unit=_UNITS[name], host="", labels=dict(labels)))
     if not metrics:
         raise ParseError("mdtest's SUMMARY table has no rates (every operation reads zero)")
     return metrics

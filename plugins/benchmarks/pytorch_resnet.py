@@ -21,12 +21,21 @@ Metrics: ``images_per_sec`` from the Summary's train.total_ips (labelled {"epoch
 ``compute_images_per_sec`` from train.compute_ips (the rate without waiting for data: the gap to images_per_sec is the
 input pipeline's, i.e. storage's, share), ``images_per_sec_per_gpu`` (total / world_size from the PARAMETER line, or
 the launch header's GPU count) and ``storage_mb_per_sec`` (with ``record_size_bytes``). A run that stopped before its
-Summary line has no images_per_sec and fails. DLLogger's JSON backend (``DLLL {...}`` lines) writes to the
-``--raport-file``, not to the output this plug-in reads.
+Summary line has no images_per_sec and fails.
+
+DLLogger's JSON backend writes one ``DLLL {...}`` record per step to the ``--raport-file``: with ``json_log: true``
+that file is ``/dev/stdout`` (main.py joins it to ``--workspace``, and an absolute path stays itself), so the
+records reach the output read here. Where the output holds any, they are read instead of the stdout lines: their
+numbers are unrounded and their steps say what they are (``"PARAMETER"``, ``[epoch, iteration]``, ``[epoch]`` at an
+epoch's end, ``[]`` for the Summary; a step's data may come in two records)::
+
+    DLLL {"timestamp": "1570716934.289014", ..., "type": "LOG", "step": [], "data": {"train.loss": 8.34140625,
+          "train.total_ips": 661.9801574510492, ...}}
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -56,10 +65,52 @@ OPTIONS: dict[str, t.Option] = {
     "training_only": t.Option("--training-only", parameters.boolean, "switch"),
     "no_checkpoints": t.Option("--no-checkpoints", parameters.boolean, "switch"),
 }
-CHECKS = {**t.COMMON, "master_port": parameters.integer(1024, 65535), **{n: o.check for n, o in OPTIONS.items()}}
+CHECKS = {
+    **t.COMMON,
+    "master_port": parameters.integer(1024, 65535),
+    "json_log": parameters.boolean,  # DLLogger's JSON records too (--raport-file /dev/stdout), read before stdout's
+    **{n: o.check for n, o in OPTIONS.items()},
+}
 
 _DLL = re.compile(r"DLL [0-9-]+ [0-9:.]+ - (PARAMETER|Summary:|Epoch: (\d+)(?:\s+Iteration: \d+)?)")
 _FIELD = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*) : (\S+)")
+_DLLL = re.compile(r"DLLL (\{.*\})\s*$")
+# DLLogger's JSON backend writes the file named by --raport-file; /dev/stdout puts it in the output read here.
+JSON_LOG = "/dev/stdout"
+
+
+class _Log:
+    """What a DLLogger log says, from either backend: parameters, each epoch's and the Summary's fields."""
+
+    def __init__(self) -> None:
+        self.parameters: dict[str, str] = {}
+        self.summary: dict[str, str] = {}
+        self.epochs: dict[int, dict[str, str]] = {}
+        self.iterations = 0
+
+    def add_json(self, line: str) -> bool:
+        """A ``DLLL {...}`` line: step "PARAMETER", [] (the Summary), [epoch], [epoch, iteration] or [epoch,
+        iteration, validation step]; each step's data may come in several records. False when it is none."""
+        match = _DLLL.search(line)
+        if not match:
+            return False
+        try:
+            record = json.loads(match.group(1))
+        except ValueError:
+            return False
+        if not isinstance(record, dict) or record.get("type") != "LOG" or not isinstance(record.get("data"), dict):
+            return isinstance(record, dict)  # METADATA records: nothing to read
+        fields = {str(k): str(v) for k, v in record["data"].items() if not isinstance(v, (dict, list))}
+        step = record.get("step")
+        if step == "PARAMETER":
+            self.parameters.update(fields)
+        elif step == []:
+            self.summary.update(fields)
+        elif isinstance(step, list) and len(step) == 1 and isinstance(step[0], int):
+            self.epochs.setdefault(step[0], {}).update(fields)
+        elif isinstance(step, list):
+            self.iterations += 1
+        return True
 
 
 def _values(params: dict[str, Any]) -> dict[str, Any]:
@@ -76,33 +127,43 @@ def _rank_argv(values: dict[str, Any], host: HostContext) -> list[str]:
     # main.py's data path is positional and required even with the synthetic backend, which never reads it.
     data = location.directory if location.directory is not None else host.data_dir
     program = [values.get("python", "python"), "-u", values["script"], data, *t.option_argv(OPTIONS, values)]
+    if values.get("json_log"):
+        program += ["--raport-file", JSON_LOG]
     return ["sh", "-c", RANK_ENV_SCRIPT, "rackbench-rank", *location.prefix, *program]
 
 
-def parse_output(text: str) -> list[Metric]:
-    streams = t.rank_lines(text)
-    head = t.header(streams)
-    summary: dict[str, str] = {}
-    epochs: dict[int, dict[str, str]] = {}
-    parameters: dict[str, str] = {}
-    iterations = 0
-    for line in t.all_lines(streams):
+def _read_log(lines: list[str]) -> _Log:
+    """The JSON records when the output has any (unrounded, and each step's full data), else the stdout lines."""
+    json_log, text_log = _Log(), _Log()
+    found_json = False
+    for line in lines:
+        if json_log.add_json(line):
+            found_json = True
+            continue
         match = _DLL.search(line)
         if not match:
             continue
         fields = dict(_FIELD.findall(line[match.end() :]))
         if match.group(1) == "PARAMETER":
-            parameters.update(fields)
+            text_log.parameters.update(fields)
         elif match.group(1) == "Summary:":
-            summary.update(fields)
+            text_log.summary.update(fields)
         elif "Iteration" in match.group(1):
-            iterations += 1
+            text_log.iterations += 1
         else:
-            epochs.setdefault(int(match.group(2)), {}).update(fields)
+            text_log.epochs.setdefault(int(match.group(2)), {}).update(fields)
+    return json_log if found_json else text_log
+
+
+def parse_output(text: str) -> list[Metric]:
+    streams = t.rank_lines(text)
+    head = t.header(streams)
+    log = _read_log(t.all_lines(streams))
+    summary, epochs, parameters, iterations = log.summary, log.epochs, log.parameters, log.iterations
     if not summary and not epochs:
         if iterations:
             raise ParseError(f"DLLogger printed {iterations} iterations but no epoch or Summary line (interrupted?)")
-        raise ParseError("no DLLogger output found (no 'DLL ... - Summary:' or 'Epoch:' lines)")
+        raise ParseError("no DLLogger output found (no 'DLL ... - Summary:'/'Epoch:' lines, no 'DLLL {...}' records)")
     out = []
     for epoch, fields in sorted(epochs.items()):
         rate = t.to_float(fields.get("train.total_ips", ""))

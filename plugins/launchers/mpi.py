@@ -32,7 +32,7 @@ MPI_PARAMS = frozenset(
         "mpi_tag_output",
     }
 )
-FORWARDED = ("PATH", "LD_LIBRARY_PATH")  # passed through from the launching shell, as the seeds do
+FORWARDED = ("LD_LIBRARY_PATH", "PATH")  # passed through from the launching shell, in the seeds' order
 MCA_VALUE = re.compile(r"^[A-Za-z0-9_.,^/:=+-]+$")
 
 

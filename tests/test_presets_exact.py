@@ -1,0 +1,173 @@
+"""Every seed preset against its paper: the command line or job file the paper prints, read from the paper's own
+text (shared/seeds, quoted there), must come out of the preset's preview token for token. Where a token cannot be the
+paper's, the difference is listed here with its reason; nothing else may differ."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from campaigns import selectors, services
+from campaigns.models import Campaign
+from inventory.services import node_upsert, storage_upsert
+
+pytestmark = pytest.mark.django_db
+
+SEEDS = Path(__file__).resolve().parent.parent.parent / "shared" / "seeds"
+if not SEEDS.is_dir():  # a worktree beside shared/ (/work/wt-x next to /work/shared)
+    SEEDS = Path(__file__).resolve().parent.parent.parent.parent / "shared" / "seeds"
+needs_seeds = pytest.mark.skipif(not SEEDS.is_dir(), reason="the seed papers (shared/seeds) are not on this machine")
+
+
+def seed_text(number: str) -> str:
+    return next(SEEDS.glob(f"{number}_*.txt")).read_text()
+
+
+def paper_mpirun(number: str) -> list[str]:
+    """The paper's training command: from "mpirun \\" to the first --data_dir, continuation lines joined."""
+    text = seed_text(number)
+    start = text.index("mpirun \\", text.index("The command below was used to perform the ResNet-50 training"))
+    joined = ""
+    for line in text[start:].splitlines():
+        line = line.strip()
+        if line.startswith("--data_dir="):
+            break
+        if not line or line.startswith("```"):
+            continue
+        glued = joined.endswith("/")  # a path the paper wrapped after its "/" continues without a blank
+        joined += ("" if glued or not joined else " ") + line.rstrip("\\").strip()
+    return shlex.split(joined)
+
+
+# Differences that cannot be the paper's, each with its reason.
+SPELLINGS = {  # Open MPI reads these options with one dash or two; rackbench writes one spelling
+    "--n": "-n",
+    "-allow-run-as-root": "--allow-run-as-root",
+    "-bind-to": "--bind-to",
+    "-map-by": "--map-by",
+    "obl": "ob1",  # seed 000 prints "-mca pml obl": Open MPI has no "obl" PML; seed 001 prints ob1
+}
+
+
+def normalised(argv: list[str]) -> tuple[list[str], set[str], str]:
+    """(the command without its -x NAME=value pairs and host list, those pairs, the host list's slot counts).
+
+    mpirun reads -x pairs in any order (rackbench writes them in name order, the campaign's env being a mapping),
+    and the host names are the inventory's, not the paper's machines: their slot counts are compared instead."""
+    out: list[str] = []
+    env: set[str] = set()
+    hosts = ""
+    i = 0
+    while i < len(argv):
+        token = SPELLINGS.get(argv[i], argv[i])
+        if token == "-x" and "=" in argv[i + 1]:
+            env.add(argv[i + 1])
+            i += 2
+            continue
+        if token == "--host":
+            hosts = ",".join(h.rsplit(":", 1)[1] for h in argv[i + 1].split(",") if ":" in h)
+            out.append(token)
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+    return out, env, hosts
+
+
+def preview_mpirun(campaign: Campaign, **point: Any) -> list[str]:
+    """The mpirun argv of the preview's primary host at the point with these parameters."""
+    preview = selectors.campaign_preview(campaign=campaign, max_points=1000)
+    found = next(p for p in preview["shown"] if all(p["params"].get(k) == v for k, v in point.items()))
+    argv = shlex.split(found["hosts"][0]["command"].split(" && ", 1)[1])
+    return argv[argv.index("mpirun") :]
+
+
+def without_round_robin(argv: list[str]) -> list[str]:
+    """rackbench's round-robin wrapper takes its directories before "--" and fills one --data_dir per rank
+    (plugins/tools/round_robin_mpi.py); the paper's takes its 16 --data_dir flags after the program. The wrapper
+    and the data flags are left out on both sides, so everything else must be equal."""
+    if "./round_robin_mpi.py" not in argv:
+        return argv
+    at = argv.index("./round_robin_mpi.py")
+    start = at - 1 if argv[at - 1] == "python3" else at
+    rest = argv[argv.index("--", at) + 1 :] if "--" in argv[at:] else argv[at + 1 :]
+    return [*argv[:start], "./round_robin_mpi.py", *[a for a in rest if not a.startswith("--data_dir=")]]
+
+
+@pytest.fixture
+def dgx() -> None:
+    for i in range(1, 4):
+        node_upsert(name=f"dgx2-{i}", address=f"10.0.0.{i}", tags=["dgx2"], gpu_count=16)
+    for i in range(1, 31):
+        node_upsert(name=f"dl-worker-{i:03}", address=f"10.1.0.{i}", tags=["gce"], gpu_count=4)
+    storage_upsert(name="isilon", kind="nfs", data_addresses=["10.2.0.1"], export_path="/ifs")
+
+
+@needs_seeds
+@pytest.mark.parametrize(
+    ("number", "slug", "tag", "point", "hosts"),
+    [
+        ("000", "seed000-tf-training", "dgx2", {"model": "resnet50", "nodes": 3}, "16,16,16"),
+        ("001", "seed001-tf-training", "gce", {"nodes": 30}, ",".join(["4"] * 30)),
+    ],
+)
+def test_the_training_preset_prints_the_papers_mpirun_command(
+    dgx: None, number: str, slug: str, tag: str, point: dict[str, Any], hosts: str
+) -> None:
+    campaign = services.preset_instantiate(slug=slug, name=f"exact{number}", node_tags=[tag], storage="isilon")[0]
+    paper, paper_env, paper_hosts = normalised(paper_mpirun(number))
+    ours, our_env, our_hosts = normalised(without_round_robin(preview_mpirun(campaign, **point)))
+    assert paper_hosts.startswith("16") or paper_hosts.startswith("4")  # the paper's own list, shortened with "..."
+    assert our_hosts == hosts
+    assert ours == without_round_robin(paper)
+    assert our_env == paper_env
+
+
+def paper_job_file(number: str) -> dict[str, set[str]]:
+    """The paper's fio job file, section by section (its lines may span two code blocks, as seed 000's do)."""
+    text = seed_text(number)
+    body = text[text.index("[global]") : text.index("4. Run the FIO job")]
+    return job_sections(body)
+
+
+def job_sections(text: str) -> dict[str, set[str]]:
+    """{section: its option lines}. fio reads a section's options in any order (and a campaign's parameters are a
+    mapping, kept in no order by the database), so a section is compared as a set of lines; the directory list is
+    the inventory's mount points, compared by how many it names."""
+    sections: dict[str, set[str]] = {}
+    current = ""
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("```", ";")):
+            continue
+        if line.startswith("["):
+            current = line
+            sections[current] = set()
+        elif current:
+            key, _, value = line.partition("=")
+            sections[current].add(f"directory=<{len(value.split(':'))} mounts>" if key == "directory" else line)
+    return sections
+
+
+@needs_seeds
+@pytest.mark.parametrize(
+    ("number", "slug", "tag", "nodes"),
+    [("000", "seed000-fio-storage", "dgx2", 3), ("001", "seed001-fio", "gce", 18)],
+)
+def test_the_fio_preset_writes_the_papers_job_file(dgx: None, number: str, slug: str, tag: str, nodes: int) -> None:
+    (campaign,) = services.preset_instantiate(slug=slug, name=f"fio{number}", node_tags=[tag], storage="isilon")
+    preview = selectors.campaign_preview(campaign=campaign, max_points=1000)
+    point = next(p for p in preview["shown"] if p["params"]["nodes"] == nodes)
+    primary = point["hosts"][0]
+    job_files = {name: text for name, text in primary["files"].items() if name.endswith(".fio")}
+    assert len(job_files) == nodes  # fio --client: one job file per client, each with its own mount points
+    for text in job_files.values():
+        assert job_sections(text) == paper_job_file(number)
+    # The paper runs "fio --client=hosts fio1.job"; rackbench names each client with its job file (each client's
+    # directories are its own mounts) and asks for JSON output, which it reads.
+    argv = shlex.split(primary["command"].split(" && ", 1)[1])
+    assert sum(a.startswith("--client=") for a in argv) == nodes
+    assert all(h["service"].endswith("fio --server=ip:" + h["address"] + ",8765") for h in point["hosts"])
