@@ -11,16 +11,17 @@ Topology (param ``topology``), as (sender, receiver) flows over the run's host l
   of a pair send to each other. A link is then measured without other flows through its ends, and the N x N matrix
   (sender x receiver) shows a bad link as one cell and a bad node as one row and column. Rounds are kept apart
   without a clock: every host has one server, iperf3 serves one test at a time and answers "busy" to any other,
-  and each host runs its clients one round after another, retrying a busy server. No host ever receives two
-  flows, or sends two, at once. ``reverse``/``bidir`` do not apply (both directions are measured).
+  and each host runs its clients one round after another, retrying a client whose test did not start (a busy
+  server, or one between two tests). No host ever receives two flows, or sends two, at once. ``reverse`` and
+  ``bidir`` do not apply (both directions are measured).
 
-Every flow has its own server: the receiver listens on ``port + sender index`` (``all_pairs``: one server per
-host, on ``port``). iperf3 serves one test at a time,
-so a receiver of several senders needs several servers, and a sender index makes each flow's port unique on its
-receiver. A server binds to its host's address (``-B``) and every client binds to its own: on the built-in lab,
-where all nodes share one network stack on distinct loopback addresses, ports then never collide across hosts; on a
-cluster it pins the test to the interface that owns the address. The address is ``HostInfo.address`` unless the
-``interface_address`` mapping ({host name: IP address}) names another one (a storage-network NIC, say).
+Every flow has its own server: the receiver listens on ``port + sender index`` (``all_pairs``: one server per host, on
+``port``). iperf3 serves one test at a time, so a receiver of several senders needs several servers, and a sender index
+makes each flow's port unique on its receiver. A server binds to its host's address (``-B``) and every client binds to
+its own: on the built-in lab, where all nodes share one network stack on distinct loopback addresses, ports then never
+collide across hosts; on a cluster it pins the test to the interface that owns the address. The address is
+``HostInfo.address`` unless the ``interface_address`` mapping ({host name: IP address}) names another one (a
+storage-network NIC, say).
 
 The runner allows one service and one main command per host, so both are a small Python helper
 (``rackbench_iperf.py``, Python 3.6+) reading a JSON plan the plug-in writes: ``serve`` starts the host's servers
@@ -201,11 +202,19 @@ def ready(plan):
     return 0
 
 
-BUSY = b"server is busy"
+def never_started(text):
+    """Whether an iperf3 client failed before its test started: its JSON has an error and no interval. Then the
+    server was busy with another round's flow, or between two tests (a persistent server closes and reopens its
+    socket), and trying again is right."""
+    try:
+        doc = json.loads(text.decode("utf-8", "replace"))
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and bool(doc.get("error")) and not doc.get("intervals")
 
 
 def run_in_turn(client, index, procs, deadline):
-    """One client of a round, retried while its server is busy with another round's flow (all_pairs)."""
+    """One client of a round, retried until its test starts (all_pairs)."""
     while True:
         out = open("client-%d.out" % index, "w+b")
         err = open("client-%d.err" % index, "w+b")
@@ -213,8 +222,9 @@ def run_in_turn(client, index, procs, deadline):
         proc.wait()
         procs.remove(proc)
         out.seek(0)
-        err.seek(0)
-        if BUSY not in out.read() + err.read() or time.time() > deadline:
+        if not never_started(out.read()) or time.time() > deadline:
+            out.seek(0)
+            err.seek(0)
             return proc, out, err
         out.close()
         err.close()
