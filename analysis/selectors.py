@@ -13,10 +13,12 @@ from django.db.models import Avg, Count, Max, Min, Q, QuerySet, StdDev, Sum
 from django.http import Http404, HttpRequest
 
 from accounts.selectors import visible
+from analysis import fleet
 from analysis.forms import Pick, parse_size
 from campaigns.models import Campaign, Result, Run, RunHost, RunStatus
 from inventory.models import StorageSystem
 from plugins.benchmarks import training
+from plugins.benchmarks.base import get_benchmark
 
 CAMPAIGN_CHOICES = 300  # newest visible campaigns offered in a picker (selected ones always are)
 POINT_CHOICES = 200  # matrix points offered per selected campaign
@@ -296,3 +298,56 @@ def record_size_default(campaign: Campaign) -> float | None:
         if name in ("record_size_bytes", "record_size") and len(values) == 1:
             return parse_size(values[0])
     return None
+
+
+# --- fleet: node x metric, and the link matrix ---------------------------------------------------------------
+
+# A node's results: per-host rows of succeeded repetitions (warm-ups left out)
+HOST_RESULTS = SUCCEEDED & ~Q(host="")
+
+
+def campaign_fleet_samples(*, campaign: Campaign) -> list[tuple[fleet.Column, str, float]]:
+    """(column, node, value) for every per-host result of the campaign: two queries, whatever its size."""
+    params = dict(campaign.runs.values_list("point", "params"))  # every run of a point has its parameters
+    benchmark = get_benchmark(campaign.kind)
+    rows = Result.objects.filter(HOST_RESULTS, run__campaign=campaign).values_list(
+        "run__point", "name", "unit", "labels", "host", "value"
+    )
+    columns: dict[tuple[int, str, str, str], fleet.Column] = {}
+    samples = []
+    for point, name, unit, labels, host, value in rows.iterator(chunk_size=5000):
+        text = fleet.label_text(labels)
+        key = (point, name, text, unit)
+        column = columns.get(key)
+        if column is None:
+            spec = benchmark.spec(name)
+            column = columns[key] = fleet.Column(
+                point=point,
+                name=name,
+                labels=text,
+                params=fleet.label_text(params.get(point) or {}, leave_out=()),
+                unit=unit,
+                higher_is_better=spec.higher_is_better if spec else True,
+            )
+        samples.append((column, host, value))
+    return samples
+
+
+def campaign_link_flows(*, campaign: Campaign, point: int | None = None) -> list[tuple[str, str, float]]:
+    """(sender, receiver, bit/s) of every pairwise iperf flow of the campaign (one query), at one point or all."""
+    rows = Result.objects.filter(
+        HOST_RESULTS, run__campaign=campaign, name="throughput_bps", labels__has_key="peer", labels__direction="send"
+    )
+    if point is not None:
+        rows = rows.filter(run__point=point)
+    return [(host, str(labels["peer"]), value) for host, labels, value in rows.values_list("host", "labels", "value")]
+
+
+def campaign_link_points(*, campaign: Campaign) -> list[int]:
+    rows = Result.objects.filter(HOST_RESULTS, run__campaign=campaign, name="throughput_bps", labels__has_key="peer")
+    return sorted(set(rows.values_list("run__point", flat=True)))
+
+
+def campaign_by_id(*, request: HttpRequest, pk: int) -> Campaign:
+    """A campaign the user may see; any other is a 404."""
+    return campaigns_by_id(request=request, ids=[pk])[0]
