@@ -153,11 +153,11 @@ def fleet_view(
         )
         for node, score in scores.items():
             cells[(node, index)] = Cell(score, tuple(grouped[column][node]))
-    outliers = []
-    for node in nodes:
-        bad = [(columns[i], cell) for (n, i), cell in cells.items() if n == node and cell.score.outlier]
-        if bad:
-            outliers.append(Outlier(node, sorted(bad, key=lambda pair: pair[1].score.score)))
+    bad: dict[str, list[tuple[Column, Cell]]] = defaultdict(list)
+    for (node, index), cell in cells.items():
+        if cell.score.outlier:
+            bad[node].append((columns[index], cell))
+    outliers = [Outlier(node, sorted(bad[node], key=lambda pair: pair[1].score.score)) for node in nodes if node in bad]
     return FleetView(nodes, columns, cells, outliers, threshold)
 
 
@@ -174,6 +174,7 @@ class LinkMatrix:
     threshold: float
     unit: str = "bit/s"
     outliers: list[str] = field(default_factory=list)  # the outlier nodes, worst first
+    _median_cell: float | None = field(default=None, repr=False)
 
     def value(self, sender: str, receiver: str) -> float | None:
         return self.cells.get((sender, receiver))
@@ -181,8 +182,13 @@ class LinkMatrix:
     def relative(self, sender: str, receiver: str) -> float | None:
         """The cell as a fraction of the median cell (for the heatmap's colour)."""
         value = self.cells.get((sender, receiver))
-        middle = statistics.median(self.cells.values()) if self.cells else 0
-        return value / middle if value is not None and middle else None
+        return value / self.median_cell if value is not None and self.median_cell else None
+
+    @property
+    def median_cell(self) -> float:
+        if self._median_cell is None:
+            self._median_cell = statistics.median(self.cells.values()) if self.cells else 0.0
+        return self._median_cell
 
 
 def link_matrix(

@@ -354,11 +354,16 @@ def storage_report(
 # --- fleet: node x metric, link matrix ------------------------------------------------------------------------
 
 
-def fleet_rows(view: fleet.FleetView) -> list[dict[str, Any]]:
-    """One row per node: its cells, each with its value, ratio to the fleet's median and score, readable."""
+FLEET_ROWS = 100  # nodes per page of the fleet view's matrix (every cell is in the CSV export)
+
+
+def fleet_rows(view: fleet.FleetView, *, page: int = 1) -> list[dict[str, Any]]:
+    """One page of rows, outliers first: a node's cells, each with its value, ratio to the fleet's median and score,
+    readable."""
     outliers = {o.node for o in view.outliers}
+    ordered = [o.node for o in view.outliers] + [n for n in view.nodes if n not in outliers]
     rows = []
-    for node in view.nodes:
+    for node in ordered[(page - 1) * FLEET_ROWS : page * FLEET_ROWS]:
         cells: list[dict[str, Any] | None] = []
         for column, cell in zip(view.columns, view.row(node), strict=True):
             if cell is None:
@@ -370,6 +375,20 @@ def fleet_rows(view: fleet.FleetView) -> list[dict[str, Any]]:
                           "score": f"{cell.score.score:+.1f}", "outlier": cell.score.outlier})  # fmt: skip
         rows.append({"node": node, "outlier": node in outliers, "cells": cells})
     return rows
+
+
+def fleet_findings(view: fleet.FleetView) -> list[tuple[str, list[str]]]:
+    """Each outlier node with its evidence in words: the cell, the fleet's median there, the score, the samples."""
+    found = []
+    for outlier in view.outliers:
+        lines = []
+        for c, cell in outlier.evidence:
+            s = cell.score
+            lines.append(f"{c.title}: {fleet.readable(s.value, c.unit)}, {s.ratio or 0:.0%} of the fleet's "
+                         f"{fleet.readable(s.median, c.unit)} (score {s.score:+.1f}; median of {len(cell.samples)} "
+                         f"sample{'s' if len(cell.samples) != 1 else ''})")  # fmt: skip
+        found.append((outlier.node, lines))
+    return found
 
 
 def fleet_tables(view: fleet.FleetView) -> list[Table]:
