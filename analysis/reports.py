@@ -446,3 +446,14 @@ def link_findings(matrix: fleet.LinkMatrix) -> list[str]:
         found.append(f"Bad link {sender} → {receiver}: {fleet.readable(s.value, matrix.unit)}, "
                      f"{s.ratio or 0:.0%} of the median flow (score {s.score:+.1f})")  # fmt: skip
     return found
+
+
+def history_table(node: str, metric: str, history: list[dict[str, Any]]) -> Table:
+    columns = ["campaign", "created", "node_value", "fleet_median", "ratio", "score", "outlier", "nodes"]
+    table = Table("history", f"{node}: {metric} in its last {len(history)} campaigns, beside its peers", columns)
+    for row in history:
+        s = row["score"]
+        table.rows.append([row["name"], row["created_at"].date().isoformat(), s.value, s.median,
+                           round(s.ratio, 3) if s.ratio is not None else None, round(s.score, 2), s.outlier,
+                           row["nodes"]])  # fmt: skip
+    return table

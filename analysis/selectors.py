@@ -7,6 +7,7 @@ Only succeeded repetitions count (warm-ups left out), as in campaigns.selectors.
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -365,3 +366,34 @@ def campaign_link_points(*, campaign: Campaign) -> list[int]:
 def campaign_by_id(*, request: HttpRequest, pk: int) -> Campaign:
     """A campaign the user may see; any other is a 404."""
     return campaigns_by_id(request=request, ids=[pk])[0]
+
+
+HISTORY_CAMPAIGNS = (1, 100)  # how many of a node's last campaigns its history may span
+
+
+def node_metric_names(*, request: HttpRequest, node: str) -> list[str]:
+    """The metrics a node has per-host results for, in campaigns the user may see."""
+    rows = Result.objects.filter(HOST_RESULTS, host=node, run__campaign__in=visible_campaigns(request=request))
+    return sorted(rows.order_by().values_list("name", flat=True).distinct())
+
+
+def node_history(*, request: HttpRequest, node: str, metric: str, last: int = 10) -> list[dict[str, Any]]:
+    """The node's value of ``metric`` in the last ``last`` campaigns it ran in (oldest first), each beside the fleet
+    of that campaign: the median over its other nodes and the node's robust score among them. Three queries."""
+    campaigns = list(
+        visible_campaigns(request=request)
+        .filter(pk__in=Result.objects.filter(HOST_RESULTS, host=node, name=metric).values("run__campaign"))
+        .order_by("-created_at")
+        .values("pk", "name", "kind", "created_at")[:last]
+    )
+    rows = Result.objects.filter(HOST_RESULTS, name=metric, run__campaign__in=[c["pk"] for c in campaigns])
+    values: dict[int, dict[str, list[float]]] = {c["pk"]: {} for c in campaigns}
+    for campaign_id, host, value in rows.values_list("run__campaign", "host", "value"):
+        values[campaign_id].setdefault(host, []).append(value)
+    history = []
+    for c in reversed(campaigns):
+        spec = get_benchmark(c["kind"]).spec(metric)
+        per_node = {host: statistics.median(found) for host, found in values[c["pk"]].items()}
+        scores = fleet.robust_scores(per_node, higher_is_better=spec.higher_is_better if spec else True)
+        history.append({**c, "score": scores[node], "nodes": len(per_node)})
+    return history

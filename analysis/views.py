@@ -212,3 +212,17 @@ def links_page(request: HttpRequest, pk: int) -> HttpResponse:
                "findings": reports.link_findings(matrix)}  # fmt: skip
     return _render(request, "analysis/links.html", context, name=f"{campaign.name}-links",
                    tables=reports.link_tables(matrix))  # fmt: skip
+
+
+@login_required
+def node_history(request: HttpRequest, node: str) -> HttpResponse:
+    """A node's results over its last N campaigns beside its peers', so a slow decline shows."""
+    errors: list[str] = []
+    metrics = selectors.node_metric_names(request=request, node=node)
+    metric = _choice(request.GET, "metric", metrics, SWEEP_METRICS, errors, "metric")
+    low, high = selectors.HISTORY_CAMPAIGNS
+    last = forms.whole_number(request.GET, "last", "the number of campaigns", errors, low=low, high=high) or 10
+    history = selectors.node_history(request=request, node=node, metric=metric, last=last) if metric else []
+    table = reports.history_table(node, metric or "", history)
+    context = {"errors": errors, "node": node, "metrics": metrics, "metric": metric, "last": last, "table": table}
+    return _render(request, "analysis/node_history.html", context, name=f"{node}-history", tables=[table])

@@ -219,3 +219,39 @@ def test_the_query_count_does_not_grow_with_the_fleet(
             assert api.get(f"/api/v1/campaigns/{campaign.pk}/fleet/").status_code == 200
         with django_assert_max_num_queries(12):
             assert api.get(f"/api/v1/campaigns/{campaign.pk}/links/").status_code == 200
+
+
+# --- a node's history ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_nodes_history_shows_its_decline_beside_its_peers(
+    owner: Any, outsider: Any, team: Any, django_assert_max_num_queries: Any
+) -> None:
+    for week, share in enumerate((1.0, 0.9, 0.8, 0.7)):  # lab4 slows down week after week
+        c = Campaign.objects.create(name=f"week-{week}", kind="iperf3", team=team, status=CampaignStatus.SUCCEEDED)
+        run = Run.objects.create(campaign=c, sequence=next(_sequence), point=0, params={}, repetition=1,
+                                 status=RunStatus.SUCCEEDED)  # fmt: skip
+        Result.objects.bulk_create(
+            Result(
+                run=run,
+                name="throughput_bps",
+                value=9e8 * (share if node == "lab4" else 1),
+                unit="bit/s",
+                host=node,
+                labels={"peer": "x", "direction": "send"},
+            )  # fmt: skip
+            for node in ("lab1", "lab2", "lab3", "lab4", "lab5")
+        )
+    url, client = "/analysis/nodes/lab4/history/", logged_in(owner)
+    with django_assert_max_num_queries(8):
+        rows = json.loads(client.get(url, {"metric": "throughput_bps", "last": "3", "format": "json"}).content)
+
+    # -2.0 at 90 %: within the 5 % spread floor's 3.5 at the default threshold; an outlier from 80 % on
+    assert [(r["campaign"], r["ratio"], r["score"], r["outlier"]) for r in rows["rows"]] == [
+        ("week-1", 0.9, -2.0, False), ("week-2", 0.8, -4.0, True), ("week-3", 0.7, -6.0, True)
+    ]  # fmt: skip
+    assert all(r["fleet_median"] == 9e8 for r in rows["rows"])
+    assert "week-0" not in logged_in(owner).get(url, {"last": "3"}).content.decode()
+    assert "must be a whole number" in logged_in(owner).get(url, {"last": "0"}).content.decode()
+    assert json.loads(logged_in(outsider).get(url, {"format": "json"}).content)["rows"] == []
