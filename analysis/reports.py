@@ -10,7 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from analysis import calculations, charts, selectors
+from analysis import calculations, charts, fleet, selectors
 from analysis.exports import Table
 from campaigns import verdicts
 from campaigns.models import Campaign
@@ -393,3 +393,111 @@ def storage_report(
     return StorageReport(figure, table, result, sizing_table, reference, measured[0] if measured else None,
                          measured[1] if measured else "", defaults, notes, x,
                          _demand_source(drawn, record=record, entered=inputs.record_size_entered))  # fmt: skip
+
+
+# --- fleet: node x metric, link matrix ------------------------------------------------------------------------
+
+
+FLEET_ROWS = 100  # nodes per page of the fleet view's matrix (every cell is in the CSV export)
+
+
+def fleet_rows(view: fleet.FleetView, *, page: int = 1) -> list[dict[str, Any]]:
+    """One page of rows, outliers first: a node's cells, each with its value, ratio to the fleet's median and score,
+    readable."""
+    outliers = {o.node for o in view.outliers}
+    ordered = [o.node for o in view.outliers] + [n for n in view.nodes if n not in outliers]
+    rows = []
+    for node in ordered[(page - 1) * FLEET_ROWS : page * FLEET_ROWS]:
+        cells: list[dict[str, Any] | None] = []
+        for column, cell in zip(view.columns, view.row(node), strict=True):
+            if cell is None:
+                cells.append(None)
+                continue
+            ratio = cell.score.ratio
+            cells.append({"text": fleet.readable(cell.score.value, column.unit),
+                          "ratio": f"{ratio:.0%}" if ratio is not None else "—",
+                          "score": f"{cell.score.score:+.1f}", "outlier": cell.score.outlier})  # fmt: skip
+        rows.append({"node": node, "outlier": node in outliers, "cells": cells})
+    return rows
+
+
+def fleet_findings(view: fleet.FleetView) -> list[tuple[str, list[str]]]:
+    """Each outlier node with its evidence in words: the cell, the fleet's median there, the score, the samples."""
+    found = []
+    for outlier in view.outliers:
+        lines = []
+        for c, cell in outlier.evidence:
+            s = cell.score
+            lines.append(f"{c.title}: {fleet.readable(s.value, c.unit)}, {s.ratio or 0:.0%} of the fleet's "
+                         f"{fleet.readable(s.median, c.unit)} (score {s.score:+.1f}; median of {len(cell.samples)} "
+                         f"sample{'s' if len(cell.samples) != 1 else ''})")  # fmt: skip
+        found.append((outlier.node, lines))
+    return found
+
+
+def fleet_tables(view: fleet.FleetView) -> list[Table]:
+    cells = Table("cells", "Every node at every point", ["node", "point", "metric", "labels", "parameters", "unit",
+                  "value", "fleet_median", "score", "outlier", "repetitions"])  # fmt: skip
+    for (node, index), cell in sorted(view.cells.items(), key=lambda item: (item[0][1], item[0][0])):
+        c = view.columns[index]
+        cells.rows.append([node, c.point, c.name, c.labels, c.params, c.unit, cell.score.value, cell.score.median,
+                           round(cell.score.score, 3), cell.score.outlier, len(cell.samples)])  # fmt: skip
+    outliers = Table("outliers", "Outliers and their evidence", ["node", "metric", "labels", "parameters", "value",
+                     "fleet_median", "score", "samples"])  # fmt: skip
+    for outlier in view.outliers:
+        for c, cell in outlier.evidence:
+            samples = " ".join(f"{v:.6g}" for v in cell.samples)
+            outliers.rows.append([outlier.node, c.name, c.labels, c.params, cell.score.value, cell.score.median,
+                                  round(cell.score.score, 3), samples])  # fmt: skip
+    return [outliers, cells]
+
+
+def link_grid(matrix: fleet.LinkMatrix) -> list[dict[str, Any]]:
+    """The heatmap's rows: per sender, per receiver, the readable value and a shade from its share of the median."""
+    rows = []
+    for sender in matrix.nodes:
+        cells = []
+        for receiver in matrix.nodes:
+            value, share = matrix.value(sender, receiver), matrix.relative(sender, receiver)
+            shade = "self" if sender == receiver else "none" if share is None else (
+                "bad" if share < 0.5 else "low" if share < 0.8 else "ok")  # fmt: skip
+            cells.append({"receiver": receiver, "text": fleet.readable(value, matrix.unit) if value is not None else "",
+                          "shade": shade, "share": f"{share:.0%}" if share is not None else ""})  # fmt: skip
+        rows.append({"sender": sender, "outlier": sender in matrix.outliers, "cells": cells})
+    return rows
+
+
+def link_tables(matrix: fleet.LinkMatrix) -> list[Table]:
+    grid = Table("matrix", f"Sender x receiver ({matrix.unit})", ["sender", *matrix.nodes])
+    for sender in matrix.nodes:
+        grid.rows.append([sender, *(matrix.value(sender, receiver) for receiver in matrix.nodes)])
+    nodes = Table("nodes", "Nodes against the fleet", ["node", "median_flow", "fleet_median", "score", "outlier"])
+    for node in matrix.nodes:
+        s = matrix.node_scores[node]
+        nodes.rows.append([node, s.value, s.median, round(s.score, 3), s.outlier])
+    return [grid, nodes]
+
+
+def link_findings(matrix: fleet.LinkMatrix) -> list[str]:
+    """The verdict in words, with its evidence: each bad node's median flow against the fleet's, each bad link."""
+    found = []
+    for node in matrix.outliers:
+        s = matrix.node_scores[node]
+        value, median = fleet.readable(s.value, matrix.unit), fleet.readable(s.median, matrix.unit)
+        found.append(f"Bad node {node}: its flows' median is {value}, {s.ratio or 0:.0%} of the fleet's {median} "
+                     f"(score {s.score:+.1f})")  # fmt: skip
+    for sender, receiver, s in matrix.bad_links:
+        found.append(f"Bad link {sender} → {receiver}: {fleet.readable(s.value, matrix.unit)}, "
+                     f"{s.ratio or 0:.0%} of the median flow (score {s.score:+.1f})")  # fmt: skip
+    return found
+
+
+def history_table(node: str, metric: str, history: list[dict[str, Any]]) -> Table:
+    columns = ["campaign", "created", "node_value", "fleet_median", "ratio", "score", "outlier", "nodes"]
+    table = Table("history", f"{node}: {metric} in its last {len(history)} campaigns, beside its peers", columns)
+    for row in history:
+        s = row["score"]
+        table.rows.append([row["name"], row["created_at"].date().isoformat(), s.value, s.median,
+                           round(s.ratio, 3) if s.ratio is not None else None, round(s.score, 2), s.outlier,
+                           row["nodes"]])  # fmt: skip
+    return table

@@ -6,17 +6,22 @@ Only succeeded repetitions count (warm-ups left out), as in campaigns.selectors.
 
 from __future__ import annotations
 
+import json
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Aggregate, Avg, Count, FloatField, Max, Min, Q, QuerySet, StdDev, Sum
+from django.db.models import Aggregate, Avg, Count, FloatField, Max, Min, Q, QuerySet, StdDev, Sum, TextField
+from django.db.models.functions import Cast
 from django.http import Http404, HttpRequest
 
 from accounts.selectors import visible
+from analysis import fleet
 from analysis.forms import Pick, parse_size
 from campaigns.models import Campaign, Result, Run, RunHost, RunStatus
 from inventory.models import StorageSystem
 from plugins.benchmarks import training
+from plugins.benchmarks.base import get_benchmark
 
 CAMPAIGN_CHOICES = 300  # newest visible campaigns offered in a picker (selected ones always are)
 POINT_CHOICES = 200  # matrix points offered per selected campaign
@@ -330,3 +335,99 @@ def record_size_default(campaign: Campaign) -> float | None:
         if name in ("record_size_bytes", "record_size") and len(values) == 1:
             return parse_size(values[0])
     return None
+
+
+# --- fleet: node x metric, and the link matrix ---------------------------------------------------------------
+
+# A node's results: per-host rows of succeeded repetitions (warm-ups left out)
+HOST_RESULTS = SUCCEEDED & ~Q(host="")
+
+
+def campaign_fleet_samples(*, campaign: Campaign) -> list[tuple[fleet.Column, str, float]]:
+    """(column, node, value) for every per-host result of the campaign's succeeded repetitions: two queries, the
+    second without a join; labels arrive as text and are read once per distinct text (a campaign has few)."""
+    runs = campaign.runs.filter(status=RunStatus.SUCCEEDED, is_warmup=False).values_list("pk", "point", "params")
+    point_of, params = {}, {}
+    for pk, point, run_params in runs:
+        point_of[pk] = point
+        params[point] = run_params
+    benchmark = get_benchmark(campaign.kind)
+    rows = (
+        Result.objects.filter(run_id__in=list(point_of))
+        .exclude(host="")
+        .annotate(labels_text=Cast("labels", TextField()))
+        .values_list("run_id", "name", "unit", "labels_text", "host", "value")
+    )
+    columns: dict[tuple[int, str, str, str], fleet.Column] = {}
+    texts: dict[str, str] = {}
+    samples = []
+    for run_id, name, unit, raw, host, value in rows:
+        point = point_of[run_id]
+        text = texts.get(raw)
+        if text is None:
+            text = texts[raw] = fleet.label_text(json.loads(raw))
+        key = (point, name, text, unit)
+        column = columns.get(key)
+        if column is None:
+            spec = benchmark.spec(name)
+            column = columns[key] = fleet.Column(
+                point=point,
+                name=name,
+                labels=text,
+                params=fleet.label_text(params.get(point) or {}, leave_out=()),
+                unit=unit,
+                higher_is_better=spec.higher_is_better if spec else True,
+            )
+        samples.append((column, host, value))
+    return samples
+
+
+def campaign_link_flows(*, campaign: Campaign, point: int | None = None) -> list[tuple[str, str, float]]:
+    """(sender, receiver, bit/s) of every pairwise iperf flow of the campaign (one query), at one point or all."""
+    rows = Result.objects.filter(
+        HOST_RESULTS, run__campaign=campaign, name="throughput_bps", labels__has_key="peer", labels__direction="send"
+    )
+    if point is not None:
+        rows = rows.filter(run__point=point)
+    return [(host, str(labels["peer"]), value) for host, labels, value in rows.values_list("host", "labels", "value")]
+
+
+def campaign_link_points(*, campaign: Campaign) -> list[int]:
+    rows = Result.objects.filter(HOST_RESULTS, run__campaign=campaign, name="throughput_bps", labels__has_key="peer")
+    return sorted(set(rows.values_list("run__point", flat=True)))
+
+
+def campaign_by_id(*, request: HttpRequest, pk: int) -> Campaign:
+    """A campaign the user may see; any other is a 404."""
+    return campaigns_by_id(request=request, ids=[pk])[0]
+
+
+HISTORY_CAMPAIGNS = (1, 100)  # how many of a node's last campaigns its history may span
+
+
+def node_metric_names(*, request: HttpRequest, node: str) -> list[str]:
+    """The metrics a node has per-host results for, in campaigns the user may see."""
+    rows = Result.objects.filter(HOST_RESULTS, host=node, run__campaign__in=visible_campaigns(request=request))
+    return sorted(rows.order_by().values_list("name", flat=True).distinct())
+
+
+def node_history(*, request: HttpRequest, node: str, metric: str, last: int = 10) -> list[dict[str, Any]]:
+    """The node's value of ``metric`` in the last ``last`` campaigns it ran in (oldest first), each beside the fleet
+    of that campaign: the median over its other nodes and the node's robust score among them. Three queries."""
+    campaigns = list(
+        visible_campaigns(request=request)
+        .filter(pk__in=Result.objects.filter(HOST_RESULTS, host=node, name=metric).values("run__campaign"))
+        .order_by("-created_at")
+        .values("pk", "name", "kind", "created_at")[:last]
+    )
+    rows = Result.objects.filter(HOST_RESULTS, name=metric, run__campaign__in=[c["pk"] for c in campaigns])
+    values: dict[int, dict[str, list[float]]] = {c["pk"]: {} for c in campaigns}
+    for campaign_id, host, value in rows.values_list("run__campaign", "host", "value"):
+        values[campaign_id].setdefault(host, []).append(value)
+    history = []
+    for c in reversed(campaigns):
+        spec = get_benchmark(c["kind"]).spec(metric)
+        per_node = {host: statistics.median(found) for host, found in values[c["pk"]].items()}
+        scores = fleet.robust_scores(per_node, higher_is_better=spec.higher_is_better if spec else True)
+        history.append({**c, "score": scores[node], "nodes": len(per_node)})
+    return history

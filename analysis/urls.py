@@ -9,4 +9,7 @@ urlpatterns = [
     path("analysis/scaling/", views.scaling, name="scaling"),
     path("analysis/storage/", views.storage, name="storage"),
     path("analysis/sweep/", views.sweep, name="sweep"),
+    path("analysis/campaigns/<int:pk>/fleet/", views.fleet_page, name="fleet"),
+    path("analysis/campaigns/<int:pk>/links/", views.links_page, name="links"),
+    path("analysis/nodes/<str:node>/history/", views.node_history, name="node-history"),
 ]

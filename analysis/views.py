@@ -10,9 +10,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.safestring import mark_safe
 
-from analysis import calculations, charts, exports, forms, reports, selectors
+from analysis import calculations, charts, exports, fleet, forms, reports, selectors
 from campaigns import selectors as campaign_selectors
 from campaigns.models import Campaign
+from common.errors import ParamError
 
 SCALING_METRICS = ("images_per_sec", "read_mb_per_sec", "bw_bytes", "read_bw_bytes", "busbw_avg_gbps", "throughput_bps")
 SWEEP_METRICS = ("bw_bytes", "read_bw_bytes", "iops", "throughput_bps", "busbw_gbps", "read_mb_per_sec")
@@ -173,3 +174,60 @@ def storage(request: HttpRequest) -> HttpResponse:
     )
     figure = report.figure if campaign else None
     return _render(request, "analysis/storage.html", context, name="storage-demand", tables=tables, figure=figure)
+
+
+def _threshold(request: HttpRequest, errors: list[str]) -> float:
+    try:
+        return fleet.parse_threshold(request.GET.get("threshold"))
+    except ParamError as exc:
+        errors.append(f"threshold: {exc}")
+        return fleet.DEFAULT_THRESHOLD
+
+
+@login_required
+def fleet_page(request: HttpRequest, pk: int) -> HttpResponse:
+    """Node x metric for one campaign, every cell against the fleet's median at its point; outliers named."""
+    campaign = selectors.campaign_by_id(request=request, pk=pk)
+    errors: list[str] = []
+    threshold = _threshold(request, errors)
+    view = fleet.fleet_view(selectors.campaign_fleet_samples(campaign=campaign), threshold=threshold)
+    pages = max(1, -(-len(view.nodes) // reports.FLEET_ROWS))
+    page = _choice(request.GET, "page", [str(p) for p in range(1, pages + 1)], ("1",), errors, "page") or "1"
+    context = {"errors": errors, "campaign": campaign, "view": view, "threshold": threshold, "page": int(page),
+               "pages": range(1, pages + 1), "rows": reports.fleet_rows(view, page=int(page)),
+               "findings": reports.fleet_findings(view)}  # fmt: skip
+    if request.GET.get("format"):  # the exports: every cell, not one page
+        return _render(request, "analysis/fleet.html", context, name=f"{campaign.name}-fleet",
+                       tables=reports.fleet_tables(view))  # fmt: skip
+    return _render(request, "analysis/fleet.html", context, name=f"{campaign.name}-fleet", tables=[])
+
+
+@login_required
+def links_page(request: HttpRequest, pk: int) -> HttpResponse:
+    """The N x N matrix of a pairwise iperf campaign (sender x receiver), with outlier nodes and bad links named."""
+    campaign = selectors.campaign_by_id(request=request, pk=pk)
+    errors: list[str] = []
+    threshold = _threshold(request, errors)
+    points = selectors.campaign_link_points(campaign=campaign)
+    point = _choice(request.GET, "point", [str(p) for p in points], (), errors, "point")
+    flows = selectors.campaign_link_flows(campaign=campaign, point=int(point) if point else None)
+    matrix = fleet.link_matrix(flows, threshold=threshold)
+    context = {"errors": errors, "campaign": campaign, "matrix": matrix, "threshold": threshold,
+               "points": points, "point": point, "grid": reports.link_grid(matrix),
+               "findings": reports.link_findings(matrix)}  # fmt: skip
+    return _render(request, "analysis/links.html", context, name=f"{campaign.name}-links",
+                   tables=reports.link_tables(matrix))  # fmt: skip
+
+
+@login_required
+def node_history(request: HttpRequest, node: str) -> HttpResponse:
+    """A node's results over its last N campaigns beside its peers', so a slow decline shows."""
+    errors: list[str] = []
+    metrics = selectors.node_metric_names(request=request, node=node)
+    metric = _choice(request.GET, "metric", metrics, SWEEP_METRICS, errors, "metric")
+    low, high = selectors.HISTORY_CAMPAIGNS
+    last = forms.whole_number(request.GET, "last", "the number of campaigns", errors, low=low, high=high) or 10
+    history = selectors.node_history(request=request, node=node, metric=metric, last=last) if metric else []
+    table = reports.history_table(node, metric or "", history)
+    context = {"errors": errors, "node": node, "metrics": metrics, "metric": metric, "last": last, "table": table}
+    return _render(request, "analysis/node_history.html", context, name=f"{node}-history", tables=[table])

@@ -24,6 +24,8 @@ from rest_framework.views import APIView
 
 from accounts.models import Team
 from accounts.selectors import Scope, may_share, scope_for
+from analysis import fleet
+from analysis import selectors as analysis_selectors
 from api import filters, serializers
 from api.errors import error
 from api.models import IdempotentRequest
@@ -329,6 +331,42 @@ class CampaignViewSet(ScopedMixin, IdempotentMixin, viewsets.ModelViewSet):
                 raise ValidationError({"baseline": ["no such campaign"]})
         verdict = baselines.verdict_compute(campaign=campaign, baseline_campaign=other, overrides=options)
         return Response(serializers.VerdictSerializer(verdict).data, status=201)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "threshold",
+                float,
+                description="robust score at or below minus which a node is an outlier (default 3.5)",
+            )
+        ],  # fmt: skip
+        responses={200: dict},
+    )
+    @action(detail=True, methods=["get"])
+    def fleet(self, request: Request, pk: str) -> Response:
+        """Node x metric against the fleet's median at each point: a verdict per node, outliers with evidence."""
+        campaign = self.get_object()
+        threshold = fleet.parse_threshold(request.query_params.get("threshold"))
+        samples = analysis_selectors.campaign_fleet_samples(campaign=campaign)
+        return Response(fleet.fleet_payload(fleet.fleet_view(samples, threshold=threshold)))
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("threshold", float, description="robust score threshold (default 3.5)"),
+            OpenApiParameter("point", int, description="one matrix point (default: every point's flows)"),
+        ],
+        responses={200: dict},
+    )
+    @action(detail=True, methods=["get"])
+    def links(self, request: Request, pk: str) -> Response:
+        """The N x N matrix of a pairwise iperf campaign (sender x receiver), outlier nodes and bad links."""
+        campaign = self.get_object()
+        threshold = fleet.parse_threshold(request.query_params.get("threshold"))
+        point = (
+            _bounded_int(request.query_params, "point", -1, 0, 1_000_000) if "point" in request.query_params else None
+        )
+        flows = analysis_selectors.campaign_link_flows(campaign=campaign, point=point)
+        return Response(fleet.links_payload(fleet.link_matrix(flows, threshold=threshold)))
 
 
 class RunViewSet(ScopedMixin, viewsets.ReadOnlyModelViewSet):

@@ -1,10 +1,24 @@
-"""The built-in lab: real sshd daemons on loopback addresses that stand in for cluster nodes.
+"""The built-in lab: real sshd daemons that stand in for cluster nodes, on loopback or on real links.
 
-Node ``labN`` is an sshd listening on BASE+N (127.0.1.N by default; Linux routes all of 127/8 to ``lo``),
-every node on the same port, so each looks like a distinct host with an sshd on a fixed port. Layout of the
-lab directory (``settings.RACKBENCH["LAB_DIR"]``)::
+Two networks (``lab_up(network=...)``):
 
-    lab.json                      base address and port the nodes listen on
+- ``loopback`` (the default): node ``labN`` is an sshd listening on BASE+N (127.0.1.N by default; Linux routes all
+  of 127/8 to ``lo``), every node on the same port, so each looks like a distinct host with an sshd on a fixed port.
+  All nodes share one network stack: traffic between them never crosses a link.
+- ``netns`` (root only): every node is a network namespace with one interface, ``eth0``, the end of a veth pair whose
+  other end joins a bridge on this machine; its sshd runs inside the namespace. Addresses come from 198.18.0.0/15,
+  the range set aside for network benchmarks (RFC 2544): one /24 per lab, chosen from the port
+  (:func:`netns_subnet`), labN at .N and this machine at .254 on the bridge. The bridge, namespace and veth names
+  carry the port too (``rbl<port>``, ``rbl<port>-labN``, ``rbl<port>vN``), so labs on other ports (parallel test
+  sessions) never share or remove each other's. iperf3, mpirun and collectives then cross a real network stack, and
+  ``lab_degrade`` can shape a node's link with tc (both directions: the host end of its veth shapes what the node
+  receives, its ``eth0`` what it sends) or load its CPU. Where namespaces cannot be made (not root, no ``ip``, a
+  kernel or container that refuses them), ``lab_up`` says so (``LabNode.network`` and a logged warning) and starts
+  loopback nodes instead.
+
+Layout of the lab directory (``settings.RACKBENCH["LAB_DIR"]``)::
+
+    lab.json                      network, base address and port the nodes listen on
     .lock                         serialises concurrent ``lab_up``/``lab_down``
     authorized_keys               the client public key: the only key lab nodes accept
     client/id_ed25519{,.pub}      the client key pair (the inventory credential "lab")
@@ -12,6 +26,7 @@ lab directory (``settings.RACKBENCH["LAB_DIR"]``)::
     nodes/labN/sshd_config        rewritten each time the node starts
     nodes/labN/ssh_host_ed25519_key{,.pub}   generated once, kept across down/up so pinned keys stay valid
     nodes/labN/sshd.pid, sshd.log
+    nodes/labN/cpuhog.pid         the CPU hog of ``lab_degrade(cpu=True)``, while it runs
 
 Run as root, the nodes log in as the system user ``rackbench-lab`` (shell ``/bin/sh``, home
 ``/var/lib/rackbench-lab``, scratch in ``~/scratch``), which sudoers allows exactly one thing: writing
@@ -27,6 +42,7 @@ from __future__ import annotations
 import fcntl
 import ipaddress
 import json
+import logging
 import os
 import pwd
 import re
@@ -42,6 +58,8 @@ from pathlib import Path
 
 from django.conf import settings
 
+logger = logging.getLogger(__name__)
+
 SSHD = "/usr/sbin/sshd"  # sshd re-executes itself, so it must be started by absolute path
 PRIVSEP_DIR = Path("/run/sshd")
 LAB_USER = "rackbench-lab"
@@ -54,6 +72,11 @@ SUDOERS_TEXT = (
 DEFAULT_BASE_ADDRESS = "127.0.1.0"
 DEFAULT_PORT = 2222
 MARKER = "RACKBENCH_LAB_NODE"  # set in every session of a node; how lab_down finds detached jobs
+LOOPBACK = "loopback"
+NETNS = "netns"
+NETWORKS = (LOOPBACK, NETNS)
+BENCHMARK_RANGE = ipaddress.IPv4Network("198.18.0.0/15")  # RFC 2544: for network benchmarks, never routed
+HOST_OCTET = 254  # this machine's address on a netns lab's bridge
 START_TIMEOUT = 10.0
 STOP_TIMEOUT = 5.0
 # sshd_config has no quoting we could rely on for every keyword, and expands %-tokens in some paths.
@@ -81,18 +104,53 @@ class LabNode:
     pid: int | None  # the sshd listener, when running
     running: bool
     host_public_key: str  # "ssh-ed25519 AAAA... comment", or "" before the first start
+    network: str = LOOPBACK  # LOOPBACK or NETNS
+    namespace: str = ""  # the node's network namespace (NETNS)
+    link: str = ""  # this machine's end of the node's veth pair (NETNS): where tc shapes what the node receives
 
 
 @dataclass(frozen=True)
 class _Endpoints:
     base_address: ipaddress.IPv4Address
     port: int
+    network: str = LOOPBACK
 
     def address(self, index: int) -> str:
         address = self.base_address + index
+        if self.network == NETNS:
+            if address not in self.subnet or int(address) & 0xFF in (0, HOST_OCTET, 255):
+                raise LabError(f"lab{index} would get {address}, outside .1-.253 of the lab's subnet {self.subnet}")
+            return str(address)
         if not address.is_loopback:
             raise LabError(f"lab{index} would listen on {address}, which is not a loopback address")
         return str(address)
+
+    @property
+    def subnet(self) -> ipaddress.IPv4Network:
+        return ipaddress.IPv4Network(f"{self.base_address}/24", strict=False)
+
+    @property
+    def host_address(self) -> str:
+        return str(self.subnet.network_address + HOST_OCTET)
+
+    @property
+    def bridge(self) -> str:
+        return f"rbl{self.port}"
+
+    def namespace(self, index: int) -> str:
+        return f"rbl{self.port}-lab{index}" if self.network == NETNS else ""
+
+    def link(self, index: int) -> str:
+        return f"rbl{self.port}v{index}" if self.network == NETNS else ""
+
+    def as_json(self) -> str:
+        return json.dumps({"base_address": str(self.base_address), "port": self.port, "network": self.network})
+
+
+def netns_subnet(port: int) -> ipaddress.IPv4Network:
+    """The /24 of 198.18.0.0/15 a netns lab on ``port`` uses: one of the range's 512, chosen by the port, so labs on
+    ports that differ by less than 512 (parallel test sessions) get different subnets."""
+    return list(BENCHMARK_RANGE.subnets(new_prefix=24))[port % 512]
 
 
 # --- public API -------------------------------------------------------------------------------
@@ -110,25 +168,38 @@ def lab_account(*, lab_dir: Path | None = None) -> LabAccount:
 
 
 def lab_up(
-    nodes: int, *, base_address: str | None = None, port: int | None = None, lab_dir: Path | None = None
+    nodes: int,
+    *,
+    base_address: str | None = None,
+    port: int | None = None,
+    lab_dir: Path | None = None,
+    network: str | None = None,
 ) -> list[LabNode]:
     """Make sure lab1..labN run; running nodes are left alone. Returns those N nodes, all listening.
 
-    ``base_address``/``port`` default to the lab's current ones, else 127.0.1.0 and 2222. Nodes never move
-    while running: asking for other endpoints then is an error (``lab_down`` first).
+    ``network``/``port`` default to the lab's current ones, else loopback and 2222; ``base_address`` to the lab's,
+    else 127.0.1.0 (loopback) or the port's subnet of 198.18.0.0/15 (netns, see :func:`netns_subnet`). Nodes never
+    move while running: asking for other endpoints then is an error (``lab_down`` first). A netns lab that cannot
+    be made falls back to loopback, with a warning; its nodes then say ``network="loopback"``.
     """
     if nodes < 1:
         raise LabError("a lab needs at least one node")
+    if network is not None and network not in NETWORKS:
+        raise LabError(f"--network must be one of {', '.join(NETWORKS)}, not {network!r}")
     root = _root(lab_dir)
     root.mkdir(parents=True, exist_ok=True)
     with _locked(root):
-        endpoints = _choose_endpoints(root, nodes, base_address, port)
+        endpoints = _choose_endpoints(root, nodes, base_address, port, network)
         account = lab_account(lab_dir=root)
         if os.geteuid() == 0:
             _ensure_system_account()
         _ensure_scratch(account)
         _ensure_client_key(root, account)
+        if endpoints.network == NETNS:
+            _ensure_bridge(endpoints)
         for index in range(1, nodes + 1):
+            if endpoints.network == NETNS:
+                _ensure_namespace(endpoints, index)
             _ensure_node(root, index, endpoints, account)
         started = [_node(root, index, endpoints) for index in range(1, nodes + 1)]
         if os.geteuid() == 0:
@@ -160,6 +231,10 @@ def lab_down(*, lab_dir: Path | None = None) -> int:
         _terminate(_marked(root))  # whatever a session forked while being stopped
         for index in _node_indexes(root):
             _node_dir(root, index).joinpath("sshd.pid").unlink(missing_ok=True)
+            _node_dir(root, index).joinpath("cpuhog.pid").unlink(missing_ok=True)
+        endpoints = _read_endpoints(root)
+        if endpoints is not None and endpoints.network == NETNS:
+            _remove_network(endpoints, _node_indexes(root))
     return len(listeners)
 
 
@@ -183,6 +258,58 @@ def _comm(pid: int) -> str:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return ""
+
+
+def lab_degrade(
+    name: str,
+    *,
+    rate: str | None = None,
+    delay: str | None = None,
+    loss: str | None = None,
+    cpu: bool = False,
+    lab_dir: Path | None = None,
+) -> LabNode:
+    """Make one node of a netns lab worse: its link (tc, both directions: ``rate`` like 300mbit, ``delay`` like
+    2ms, ``loss`` like 0.5%), and/or its CPU (``cpu``: a busy loop in the node's namespace, pinned to one core).
+
+    A link fault replaces the node's previous one. ``rate`` alone is a token bucket filter (tbf); ``delay`` or
+    ``loss`` need netem, which some kernels lack: that is then an error naming it. Values are checked here and
+    reach tc as single argv elements.
+    """
+    if rate is None and delay is None and loss is None and not cpu:
+        raise LabError("say what to degrade: --rate, --delay, --loss and/or --cpu")
+    qdisc = _qdisc(rate=rate, delay=delay, loss=loss) if (rate or delay or loss) else None
+    root = _root(lab_dir)
+    with _locked(root):
+        node, _ = _netns_node(root, name)
+        if qdisc is not None:
+            for argv_prefix, device in ((["tc"], node.link), (["ip", "netns", "exec", node.namespace, "tc"], "eth0")):
+                done = _run([*argv_prefix, "qdisc", "replace", "dev", device, "root", *qdisc], check=False)
+                if done.returncode != 0 and qdisc[0] == "netem" and "unknown" in done.stderr:
+                    raise LabError(
+                        "--delay/--loss need the netem qdisc (kernel module sch_netem): this kernel lacks it"
+                    )
+                if done.returncode != 0:
+                    raise LabError(f"{name}: tc could not shape {device}: {done.stderr.strip()}")
+        if cpu:
+            _start_cpu_hog(root, node)
+        return node
+
+
+def lab_heal(name: str | None = None, *, lab_dir: Path | None = None) -> list[str]:
+    """Undo ``lab_degrade`` on one node, or on every node of the lab; returns the names healed."""
+    root = _root(lab_dir)
+    with _locked(root):
+        endpoints = _read_endpoints(root)
+        if endpoints is None or endpoints.network != NETNS:
+            raise LabError("the lab is not a netns lab: there is nothing to heal")
+        names = [name] if name else [f"lab{index}" for index in _node_indexes(root)]
+        for each in names:
+            node, _ = _netns_node(root, each)
+            _run(["tc", "qdisc", "del", "dev", node.link, "root"], check=False)  # absent: nothing to undo
+            _run(["ip", "netns", "exec", node.namespace, "tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
+            _stop_cpu_hog(root, node)
+        return names
 
 
 # --- lab directory ----------------------------------------------------------------------------
@@ -218,29 +345,47 @@ def _read_endpoints(root: Path) -> _Endpoints | None:
         data = json.loads((root / "lab.json").read_text())
     except FileNotFoundError:
         return None
-    return _Endpoints(ipaddress.IPv4Address(data["base_address"]), int(data["port"]))
+    return _Endpoints(ipaddress.IPv4Address(data["base_address"]), int(data["port"]), data.get("network", LOOPBACK))
 
 
-def _choose_endpoints(root: Path, nodes: int, base_address: str | None, port: int | None) -> _Endpoints:
+def _choose_endpoints(
+    root: Path, nodes: int, base_address: str | None, port: int | None, network: str | None
+) -> _Endpoints:
     current = _read_endpoints(root)
     default = current or _Endpoints(ipaddress.IPv4Address(DEFAULT_BASE_ADDRESS), DEFAULT_PORT)
-    try:
-        base = ipaddress.IPv4Address(base_address) if base_address else default.base_address
-    except ValueError as exc:
-        raise LabError(f"--base-address: {exc}") from None
-    wanted = _Endpoints(base, port or default.port)
-    if not 1 <= wanted.port <= 65535:
-        raise LabError(f"--port {wanted.port} is not a TCP port")
+    wanted_network = network or default.network
+    wanted_port = port or default.port
+    if not 1 <= wanted_port <= 65535:
+        raise LabError(f"--port {wanted_port} is not a TCP port")
+    if wanted_network == NETNS and (why := _netns_unavailable()):
+        logger.warning("lab: cannot give nodes their own network namespaces (%s); starting loopback nodes", why)
+        wanted_network = LOOPBACK
+    if base_address:
+        try:
+            base = ipaddress.IPv4Address(base_address)
+        except ValueError as exc:
+            raise LabError(f"--base-address: {exc}") from None
+    elif current and current.network == wanted_network:
+        base = current.base_address
+    elif wanted_network == NETNS:
+        base = netns_subnet(wanted_port).network_address
+    else:
+        base = ipaddress.IPv4Address(DEFAULT_BASE_ADDRESS)
+    if wanted_network == NETNS and base not in BENCHMARK_RANGE:
+        raise LabError(f"--base-address {base}: a netns lab uses addresses of {BENCHMARK_RANGE} only")
+    wanted = _Endpoints(base, wanted_port, wanted_network)
     for index in range(1, nodes + 1):
         wanted.address(index)  # fail before anything is written or started
     if current and wanted != current:
         running = [n.name for n in lab_status(lab_dir=root) if n.running]
         if running:
             raise LabError(
-                f"{', '.join(running)} run on {current.base_address}+N port {current.port}; "
+                f"{', '.join(running)} run on {current.base_address}+N port {current.port} ({current.network}); "
                 "run `manage.py lab down` before moving the lab"
             )
-    (root / "lab.json").write_text(json.dumps({"base_address": str(wanted.base_address), "port": wanted.port}))
+        if current.network == NETNS:
+            _remove_network(current, _node_indexes(root))
+    (root / "lab.json").write_text(wanted.as_json())
     return wanted
 
 
@@ -256,6 +401,9 @@ def _node(root: Path, index: int, endpoints: _Endpoints) -> LabNode:
         pid=pid,
         running=pid is not None,
         host_public_key=public_key.read_text().strip() if public_key.exists() else "",
+        network=endpoints.network,
+        namespace=endpoints.namespace(index),
+        link=endpoints.link(index),
     )
 
 
@@ -392,7 +540,7 @@ def _ensure_node(root: Path, index: int, endpoints: _Endpoints, account: LabAcco
     config = node_dir / "sshd_config"
     config.write_text(_sshd_config(root, node_dir, address, endpoints.port, account.user))
     (node_dir / "sshd.pid").unlink(missing_ok=True)
-    _start_sshd(node_dir, address, endpoints.port)
+    _start_sshd(node_dir, address, endpoints.port, namespace=endpoints.namespace(index))
 
 
 def _sshd_config(root: Path, node_dir: Path, address: str, port: int, user: str) -> str:
@@ -407,6 +555,8 @@ AuthorizedKeysFile {root}/authorized_keys
 StrictModes no
 AllowUsers {user}
 PubkeyAuthentication yes
+# Node-to-node logins offer every lab's key (~/.ssh/config names one per port): more than the default 6 tries.
+MaxAuthTries 100
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 UsePAM no
@@ -423,11 +573,13 @@ Subsystem sftp internal-sftp
 """
 
 
-def _start_sshd(node_dir: Path, address: str, port: int) -> None:
-    """Start the daemon and return once it listens. sshd writes its pid file only after binding."""
+def _start_sshd(node_dir: Path, address: str, port: int, *, namespace: str = "") -> None:
+    """Start the daemon (inside ``namespace`` when given) and return once it listens. sshd writes its pid file only
+    after binding."""
     log = node_dir / "sshd.log"
     log_start = log.stat().st_size if log.exists() else 0
-    started = _run([SSHD, "-f", str(node_dir / "sshd_config"), "-E", str(log)], check=False)
+    inside = ["ip", "netns", "exec", namespace] if namespace else []
+    started = _run([*inside, SSHD, "-f", str(node_dir / "sshd_config"), "-E", str(log)], check=False)
     deadline = time.monotonic() + START_TIMEOUT
     while True:
         errors = _read_from(log, log_start)
@@ -470,6 +622,137 @@ def _listener_pid(node_dir: Path) -> int | None:
     if f"-f {node_dir / 'sshd_config'}" not in cmdline or not _alive(pid):
         return None
     return pid
+
+
+# --- netns network ----------------------------------------------------------------------------
+
+
+def _netns_unavailable() -> str:
+    """Why this machine cannot give lab nodes network namespaces; empty when it can (checked by making one)."""
+    if os.geteuid() != 0:
+        return "needs root"
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        return "needs iproute2 (ip, tc)"
+    probe = f"rbl-probe-{os.getpid()}"
+    made = _run(["ip", "netns", "add", probe], check=False)
+    if made.returncode != 0:
+        return f"ip netns add failed: {made.stderr.strip()}"
+    _run(["ip", "netns", "del", probe], check=False)
+    return ""
+
+
+def _link_exists(name: str, namespace: str = "") -> bool:
+    inside = ["-n", namespace] if namespace else []
+    return _run(["ip", *inside, "link", "show", "dev", name], check=False).returncode == 0
+
+
+def _ensure_bridge(endpoints: _Endpoints) -> None:
+    bridge = endpoints.bridge
+    if not _link_exists(bridge):
+        _run(["ip", "link", "add", "name", bridge, "type", "bridge"])
+    have = _run(["ip", "-o", "-4", "addr", "show", "dev", bridge]).stdout
+    if f" {endpoints.host_address}/" not in have:
+        _run(["ip", "addr", "add", f"{endpoints.host_address}/24", "dev", bridge])
+    _run(["ip", "link", "set", bridge, "up"])
+
+
+def _ensure_namespace(endpoints: _Endpoints, index: int) -> None:
+    """The node's namespace, with ``eth0`` (its end of a veth pair, the other end on the bridge) and ``lo`` up."""
+    namespace, link = endpoints.namespace(index), endpoints.link(index)
+    if not Path("/run/netns", namespace).exists():
+        _run(["ip", "netns", "add", namespace])
+    if not _link_exists("eth0", namespace):
+        if _link_exists(link):  # a half-made pair from an interrupted start
+            _run(["ip", "link", "del", link])
+        peer = f"rbl{endpoints.port}p{index}"
+        _run(["ip", "link", "add", "name", link, "type", "veth", "peer", "name", peer])
+        _run(["ip", "link", "set", peer, "netns", namespace])
+        _run(["ip", "-n", namespace, "link", "set", peer, "name", "eth0"])
+        _run(["ip", "-n", namespace, "addr", "add", f"{endpoints.address(index)}/24", "dev", "eth0"])
+    _run(["ip", "link", "set", link, "master", endpoints.bridge, "up"])
+    _run(["ip", "-n", namespace, "link", "set", "eth0", "up"])
+    _run(["ip", "-n", namespace, "link", "set", "lo", "up"])
+
+
+def _remove_network(endpoints: _Endpoints, indexes: Iterable[int]) -> None:
+    """This lab's namespaces (their veth pairs go with them) and bridge; nothing another lab owns."""
+    for index in indexes:
+        _run(["ip", "netns", "del", endpoints.namespace(index)], check=False)
+        if _link_exists(endpoints.link(index)):
+            _run(["ip", "link", "del", endpoints.link(index)], check=False)
+    if _link_exists(endpoints.bridge):
+        _run(["ip", "link", "del", endpoints.bridge], check=False)
+
+
+def _netns_node(root: Path, name: str) -> tuple[LabNode, _Endpoints]:
+    endpoints = _read_endpoints(root)
+    if endpoints is None or endpoints.network != NETNS:
+        raise LabError("faults need a netns lab (manage.py lab up --network netns)")
+    match = re.fullmatch(r"lab([0-9]{1,4})", name)
+    if not match or int(match[1]) not in _node_indexes(root):
+        raise LabError(f"{name!r} is not a node of this lab")
+    node = _node(root, int(match[1]), endpoints)
+    if not node.running:
+        raise LabError(f"{name} is not running (manage.py lab up)")
+    return node, endpoints
+
+
+_RATE = re.compile(r"[0-9]{1,6}(\.[0-9]{1,3})?(kbit|mbit|gbit)")
+_DELAY = re.compile(r"[0-9]{1,6}(\.[0-9]{1,3})?(us|ms|s)")
+_LOSS = re.compile(r"[0-9]{1,2}(\.[0-9]{1,3})?%|100%")
+_BITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+
+
+def _qdisc(*, rate: str | None, delay: str | None, loss: str | None) -> list[str]:
+    """tc's words for the fault, after checking each value (the error names the option)."""
+    for option, value, pattern, example in (
+        ("--rate", rate, _RATE, "300mbit"),
+        ("--delay", delay, _DELAY, "2ms"),
+        ("--loss", loss, _LOSS, "0.5%"),
+    ):
+        if value is not None and not pattern.fullmatch(value):
+            raise LabError(f"{option} {value!r}: expected a value such as {example}")
+    if delay is None and loss is None:
+        assert rate is not None
+        bits = float(rate[: -len(rate.lstrip("0123456789."))]) * _BITS[rate.lstrip("0123456789.")]
+        if bits <= 0:
+            raise LabError(f"--rate {rate!r}: must be more than 0")
+        burst = max(32_000, int(bits / 8 / 250))  # at least one timer tick's worth of bytes at HZ=250
+        return ["tbf", "rate", rate, "burst", str(burst), "latency", "50ms"]
+    words = ["netem"]
+    for word, value in (("rate", rate), ("delay", delay), ("loss", loss)):
+        if value is not None:
+            words += [word, value]
+    return words
+
+
+def _start_cpu_hog(root: Path, node: LabNode) -> None:
+    """A busy loop in the node's namespace, pinned to the machine's last core, marked as the node's (lab_down
+    stops it)."""
+    pid_file = _node_dir(root, node.index) / "cpuhog.pid"
+    if pid_file.exists() and _alive(int(pid_file.read_text())):
+        return
+    core = str((os.cpu_count() or 1) - 1)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), MARKER: str(_node_dir(root, node.index))}
+    hog = subprocess.Popen(
+        ["ip", "netns", "exec", node.namespace, "taskset", "-c", core, "sh", "-c", "while :; do :; done"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    pid_file.write_text(str(hog.pid))
+
+
+def _stop_cpu_hog(root: Path, node: LabNode) -> None:
+    pid_file = _node_dir(root, node.index) / "cpuhog.pid"
+    if not pid_file.exists():
+        return
+    pid = int(pid_file.read_text())
+    if pid in _marked(root):  # still the hog, not a process that got its pid since
+        _terminate({pid})
+    pid_file.unlink()
 
 
 # --- stopping processes -----------------------------------------------------------------------

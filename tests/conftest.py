@@ -32,6 +32,10 @@ ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 LAB_PORT = int(os.environ.get("RACKBENCH_TEST_LAB_PORT", "2231"))
 LAB_NODES = 4
+# The netns lab (each node in its own network namespace, on a bridge): its own port, so its own /24 of 198.18.0.0/15
+# and its own bridge and namespace names, apart from other sessions' labs.
+NETNS_LAB_PORT = LAB_PORT + 1
+NETNS_LAB_NODES = 6
 
 
 def wait_for(predicate: Callable[[], Any], *, timeout: float = 60.0, interval: float = 0.2, what: str = "") -> Any:
@@ -160,6 +164,40 @@ def lab(lab_dir: Path, transactional_db: None) -> dict[str, Any]:
     call_command("lab", "up", "--nodes", str(LAB_NODES), "--port", str(LAB_PORT), stdout=io.StringIO())
     nodes = {n.name: n for n in Node.objects.filter(tags__name="lab")}
     return {"nodes": nodes, "storage": StorageSystem.objects.get(name="lab-local"), "dir": lab_dir}
+
+
+@pytest.fixture(scope="session")
+def netns_lab_dir() -> Iterator[Path]:
+    """Real sshd nodes, each in its own network namespace joined to a bridge, for the whole session.
+
+    Skips where namespaces cannot be made (the lab then falls back to loopback, which has no links to degrade).
+    """
+    from runners import lab
+
+    path = Path(tempfile.mkdtemp(prefix="rackbench-test-netlab-"))
+    path.chmod(0o755)
+    nodes = lab.lab_up(NETNS_LAB_NODES, port=NETNS_LAB_PORT, lab_dir=path, network=lab.NETNS)
+    if nodes[0].network != lab.NETNS:
+        lab.lab_down(lab_dir=path)
+        shutil.rmtree(path, ignore_errors=True)
+        pytest.skip("network namespaces cannot be made here (needs root and iproute2)")
+    yield path
+    lab.lab_down(lab_dir=path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def netns_lab(netns_lab_dir: Path, transactional_db: None, settings: Any) -> Iterator[dict[str, Any]]:
+    """The netns lab registered in this test's (transactional) database, every fault healed before and after."""
+    from inventory.models import Node, StorageSystem
+    from runners import lab
+
+    settings.RACKBENCH = {**settings.RACKBENCH, "LAB_DIR": netns_lab_dir}
+    lab.lab_heal(lab_dir=netns_lab_dir)
+    call_command("lab", "up", "--nodes", str(NETNS_LAB_NODES), stdout=io.StringIO(), stderr=io.StringIO())
+    nodes = {n.name: n for n in Node.objects.filter(tags__name="lab")}
+    yield {"nodes": nodes, "storage": StorageSystem.objects.get(name="lab-local"), "dir": netns_lab_dir}
+    lab.lab_heal(lab_dir=netns_lab_dir)
 
 
 # --- a real Celery worker -----------------------------------------------------------------------------

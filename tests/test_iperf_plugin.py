@@ -236,6 +236,44 @@ def test_it_gives_every_host_servers_and_clients_for_all_to_all(iperf3):
         assert [(c["peer"], c["port"]) for c in clients] == [(f"n{r}", 7000 + me) for r in others]
 
 
+@pytest.mark.parametrize("count", [2, 3, 4, 5, 6, 7])
+def test_all_pairs_rounds_are_disjoint_and_cover_every_pair_once(count):
+    rounds = iperf_module.pair_rounds(count)
+    pairs = [pair for round_ in rounds for pair in round_]
+    assert len(rounds) == (count - 1 if count % 2 == 0 else count)
+    assert sorted(pairs) == [(a, b) for a in range(count) for b in range(a + 1, count)]
+    for round_ in rounds:
+        members = [host for pair in round_ for host in pair]
+        assert len(members) == len(set(members))  # no host in two pairs of a round
+
+
+def test_all_pairs_gives_every_host_one_server_and_its_clients_in_round_order(iperf3):
+    run_hosts = hosts(4)
+    rounds = iperf_module.pair_rounds(4)
+    for me in range(4):
+        main, service = commands(iperf3.build({"topology": "all_pairs", "port": 7000}, context(me, run_hosts)))
+        assert [s["port"] for s in plan(service, "servers.json")["servers"]] == [7000]
+        clients = plan(main, "clients.json")
+        assert clients["in_turn"] is True and clients["busy_wait"] > 0
+        expected = [(r, f"n{b if a == me else a}") for r, pairs in enumerate(rounds) for a, b in pairs if me in (a, b)]
+        assert [(c["round"], c["peer"]) for c in clients["clients"]] == expected
+        assert all(c["port"] == 7000 for c in clients["clients"])
+
+
+@pytest.mark.parametrize(
+    ("kind", "params", "message"),
+    [
+        ("iperf3", {"reverse": True}, "both directions"),
+        ("iperf3", {"bidir": True}, "both directions"),
+        ("iperf2", {}, "needs iperf3"),
+    ],
+)
+def test_all_pairs_refuses_what_it_cannot_do_naming_the_topology(kind, params, message):
+    with pytest.raises(ParamError, match=message) as raised:
+        get_benchmark(kind).build({"topology": "all_pairs", **params}, context(0, hosts(4)))
+    assert raised.value.field == "topology"
+
+
 def test_it_runs_the_helper_with_argv_only_and_polls_readiness_without_connecting(iperf3):
     main, service = commands(iperf3.build({}, context(0, hosts(2))))
     assert main.argv == ["python3", "rackbench_iperf.py", "clients", "clients.json"]
@@ -613,6 +651,26 @@ def test_it_runs_real_iperf3_all_to_all_in_both_directions(iperf3, tmp_path):
     assert iperf3.check(params, per_host, {}) == []
     directions = {m.labels.get("direction") for m in iperf3.aggregate(per_host) if m.name == "throughput_bps"}
     assert directions == {None, "send", "receive"}
+
+
+@needs_iperf3
+def test_it_runs_real_iperf3_all_pairs_round_by_round(iperf3, tmp_path):
+    params = {"topology": "all_pairs", "duration": 1}
+    outputs = run_on_loopback(iperf3, params, 4, tmp_path)
+    per_host = [m for node, text in outputs.items() for m in iperf3.parse(text, host=node)]
+    flows = {
+        (m.host, m.labels["peer"]): m.labels["round"]
+        for m in per_host
+        if m.name == "throughput_bps" and m.labels["direction"] == "send"
+    }
+    rounds = iperf_module.pair_rounds(4)
+    assert flows == {
+        (f"n{s}", f"n{r}"): number for number, pairs in enumerate(rounds) for a, b in pairs for s, r in ((a, b), (b, a))
+    }
+    assert all(m.value > 0 for m in per_host if m.name == "throughput_bps")
+    throughput = sorted(m.value for m in per_host if m.name == "throughput_bps")
+    [headline] = [m for m in iperf3.aggregate(per_host) if m.name == "throughput_bps"]
+    assert headline.labels == {} and headline.value == pytest.approx((throughput[5] + throughput[6]) / 2)
 
 
 @needs_iperf3

@@ -6,13 +6,22 @@ Topology (param ``topology``), as (sender, receiver) flows over the run's host l
 - ``pairs`` (default): host 0 sends to host 1, host 2 to host 3, ...; an odd host count is refused.
 - ``to_first``: every other host sends to host 0 at once (many clients to one server, e.g. nodes to storage).
 - ``all_to_all``: every host sends to every other host at once.
+- ``all_pairs`` (iperf3): every host sends to every other host, in rounds of disjoint pairs (the circle method:
+  n-1 rounds for n hosts, n rounds when n is odd, one host then sitting out each round); in each round both hosts
+  of a pair send to each other. A link is then measured without other flows through its ends, and the N x N matrix
+  (sender x receiver) shows a bad link as one cell and a bad node as one row and column. Rounds are kept apart
+  without a clock: every host has one server, iperf3 serves one test at a time and answers "busy" to any other,
+  and each host runs its clients one round after another, retrying a client whose test did not start (a busy
+  server, or one between two tests). No host ever receives two flows, or sends two, at once. ``reverse`` and
+  ``bidir`` do not apply (both directions are measured).
 
-Every flow has its own server: the receiver listens on ``port + sender index``. iperf3 serves one test at a time,
-so a receiver of several senders needs several servers, and a sender index makes each flow's port unique on its
-receiver. A server binds to its host's address (``-B``) and every client binds to its own: on the built-in lab,
-where all nodes share one network stack on distinct loopback addresses, ports then never collide across hosts; on a
-cluster it pins the test to the interface that owns the address. The address is ``HostInfo.address`` unless the
-``interface_address`` mapping ({host name: IP address}) names another one (a storage-network NIC, say).
+Every flow has its own server: the receiver listens on ``port + sender index`` (``all_pairs``: one server per host, on
+``port``). iperf3 serves one test at a time, so a receiver of several senders needs several servers, and a sender index
+makes each flow's port unique on its receiver. A server binds to its host's address (``-B``) and every client binds to
+its own: on the built-in lab, where all nodes share one network stack on distinct loopback addresses, ports then never
+collide across hosts; on a cluster it pins the test to the interface that owns the address. The address is
+``HostInfo.address`` unless the ``interface_address`` mapping ({host name: IP address}) names another one (a
+storage-network NIC, say).
 
 The runner allows one service and one main command per host, so both are a small Python helper
 (``rackbench_iperf.py``, Python 3.6+) reading a JSON plan the plug-in writes: ``serve`` starts the host's servers
@@ -34,7 +43,9 @@ client host's: ``send`` it sends to the peer, ``receive`` the peer sends to it, 
 ``throughput_bps`` (goodput as the receiver counted it, bit/s), ``retransmits`` (iperf3: TCP retransmissions of the
 sending side), and, labelled ``{"peer": name}``, ``cpu_local_percent``/``cpu_remote_percent`` (iperf3). ``aggregate``
 sums the throughput (and retransmits) of all simultaneous flows into host="" metrics labelled ``{}``, plus one per
-direction when both directions ran. iperf 2 reports neither retransmits (without -e) nor CPU use.
+direction when both directions ran. ``all_pairs`` flows carry a ``round`` label too; as they did not all run at
+once, their aggregate throughput is the median flow's (and retransmits their sum). iperf 2 reports neither
+retransmits (without -e) nor CPU use.
 
 Failures are never turned into numbers: iperf3 exits 0 after many errors (refused connection, busy server, a server
 that died), so ``parse`` raises ParseError with iperf3's own message whenever its JSON carries "error", and likewise
@@ -50,8 +61,9 @@ import ipaddress
 import json
 import math
 import re
+import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -69,7 +81,7 @@ from plugins.benchmarks.base import (
 )
 from plugins.tools import iperf_helper
 
-TOPOLOGIES = ("pairs", "to_first", "all_to_all")
+TOPOLOGIES = ("pairs", "to_first", "all_to_all", "all_pairs")
 SEND = "send"
 RECEIVE = "receive"
 HELPER = "rackbench_iperf.py"
@@ -173,8 +185,21 @@ def _checked(key: str, value: Any) -> Any:
 # --- topology and commands ------------------------------------------------------------------------------------
 
 
+def pair_rounds(count: int) -> list[list[tuple[int, int]]]:
+    """Rounds of disjoint pairs covering every pair of ``count`` hosts once (the circle method): host 0 stays put,
+    the others rotate; with an odd count a bye takes the missing place and its partner sits the round out."""
+    slots: list[int | None] = list(range(count)) + ([None] if count % 2 else [])
+    rounds = []
+    for _ in range(len(slots) - 1):
+        half = len(slots) // 2
+        pairs = [(slots[i], slots[-1 - i]) for i in range(half)]
+        rounds.append([(min(a, b), max(a, b)) for a, b in pairs if a is not None and b is not None])
+        slots = [slots[0], slots[-1], *slots[1:-1]]
+    return rounds
+
+
 def _flows(topology: str, count: int) -> list[tuple[int, int]]:
-    """The (sender index, receiver index) of every flow, all of them simultaneous."""
+    """The (sender index, receiver index) of every flow, all of them simultaneous (all_pairs: round by round)."""
     if count < 2:
         raise ParamError("topology", f"{topology} needs at least 2 hosts, the run has {count}")
     if topology == "pairs":
@@ -183,6 +208,8 @@ def _flows(topology: str, count: int) -> list[tuple[int, int]]:
         return [(s, s + 1) for s in range(0, count, 2)]
     if topology == "to_first":
         return [(s, 0) for s in range(1, count)]
+    if topology == "all_pairs":
+        return [flow for pairs in pair_rounds(count) for a, b in pairs for flow in ((a, b), (b, a))]
     return [(s, r) for s in range(count) for r in range(count) if s != r]
 
 
@@ -207,6 +234,7 @@ class _Flow:
     address: str  # the receiver's address
     port: int
     own_address: str  # the address of the host the command runs on
+    round: int | None = None  # all_pairs: the round the flow belongs to
 
 
 class _Iperf(Benchmark):
@@ -219,6 +247,8 @@ class _Iperf(Benchmark):
     unsupported: ClassVar[dict[str, str]] = {}
     # UDP in the forward direction only: the receiver's report of a reverse or full-duplex UDP test is not read.
     udp_forward_only: ClassVar[bool] = False
+    # The server answers "busy" to a second client while a test runs (what keeps all_pairs rounds apart).
+    serves_one_at_a_time: ClassVar[bool] = False
 
     def server_argv(self, port: int, address: str, udp: bool) -> list[str]:
         raise NotImplementedError
@@ -244,6 +274,8 @@ class _Iperf(Benchmark):
         merged["port"] = merged["port"] or self.default_port
         if merged["reverse"] and merged["bidir"]:
             raise ParamError("bidir", "reverse and bidir exclude each other: bidir already runs both directions")
+        if merged["topology"] == "all_pairs" and (merged["reverse"] or merged["bidir"]):
+            raise ParamError("topology", "all_pairs measures both directions of every pair; leave reverse/bidir off")
         if merged["omit"] >= merged["duration"]:
             raise ParamError("omit", f"must be shorter than duration ({merged['duration']} s)")
         if self.udp_forward_only and merged["udp"] and (merged["reverse"] or merged["bidir"]):
@@ -264,11 +296,13 @@ class _Iperf(Benchmark):
         unknown = sorted(set(p.interface_address) - {h.name for h in hosts})
         if unknown:
             raise ParamError("interface_address", f"names no host of this run: {', '.join(unknown)}")
-        top_port = p.port + max(s for s, _ in flows)
+        top_port = p.port + (0 if p.topology == "all_pairs" else max(s for s, _ in flows))
         if top_port > 65_535:
             raise ParamError("port", f"{p.port} + sender index reaches {top_port}, past 65535; choose a lower port")
         addresses = [_address(h, p.interface_address) for h in hosts]
         me = host.index
+        if p.topology == "all_pairs":
+            return self._all_pairs(p, hosts, addresses, me, host.env)
         serving = [_Flow(hosts[s].name, addresses[me], p.port + s, addresses[me]) for s, r in flows if r == me]
         sending = [_Flow(hosts[r].name, addresses[r], p.port + me, addresses[me]) for s, r in flows if s == me]
         commands = []
@@ -279,6 +313,28 @@ class _Iperf(Benchmark):
         if not commands:
             return None
         return commands[0] if len(commands) == 1 else commands
+
+    def _all_pairs(
+        self, p: _Params, hosts: tuple[HostInfo, ...], addresses: list[str], me: int, env: dict[str, str]
+    ) -> list[HostCommand]:
+        """One server on ``port`` (so a receiver serves one flow at a time), and the host's clients in round order."""
+        if not self.serves_one_at_a_time:
+            raise ParamError(
+                "topology", f"all_pairs needs iperf3 (its server serves one test at a time); not {self.kind}"
+            )
+        rounds = pair_rounds(len(hosts))
+        sending = [
+            _Flow(hosts[partner].name, addresses[partner], p.port, addresses[me], round=number)
+            for number, pairs in enumerate(rounds)
+            for a, b in pairs
+            if me in (a, b)
+            for partner in [b if me == a else a]
+        ]
+        service = self._service([_Flow("*", addresses[me], p.port, addresses[me])], addresses[me], env, p.udp)
+        clients = self._clients(p, sending, env)
+        plan = json.loads(clients.files[CLIENTS_PLAN])
+        plan.update(in_turn=True, busy_wait=len(rounds) * (p.duration + p.connect_timeout + 5))
+        return [service, replace(clients, files={**clients.files, CLIENTS_PLAN: json.dumps(plan, indent=1) + "\n"})]
 
     def _service(self, flows: list[_Flow], address: str, env: dict[str, str], udp: bool) -> HostCommand:
         plan: dict[str, Any] = {
@@ -300,7 +356,9 @@ class _Iperf(Benchmark):
     def _clients(self, p: _Params, flows: list[_Flow], env: dict[str, str]) -> HostCommand:
         plan = {
             "clients": [
-                {"peer": f.peer, "address": f.address, "port": f.port, "argv": self.client_argv(p, f)} for f in flows
+                {"peer": f.peer, "address": f.address, "port": f.port, "argv": self.client_argv(p, f)}
+                | ({"round": f.round} if f.round is not None else {})
+                for f in flows
             ]
         }
         return HostCommand(
@@ -327,7 +385,10 @@ class _Iperf(Benchmark):
                 status = f" (client exit status {code})" if code else ""
                 said = f"; its stderr ends: {stderr[-300:]!r}" if stderr and stderr not in str(exc) else ""
                 raise ParseError(f"peer {peer}: {exc}{status}{said}") from None
-            metrics += result.metrics(host, peer or result.peer)
+            found = result.metrics(host, peer or result.peer)
+            if isinstance(header.get("round"), int):
+                found = [replace(m, labels={**m.labels, "round": header["round"]}) for m in found]
+            metrics += found
         return metrics
 
     def aggregate(self, per_host: list[Metric]) -> list[Metric]:
@@ -335,6 +396,14 @@ class _Iperf(Benchmark):
         direction as well when both directions ran."""
         flows = [m for m in per_host if m.host and "peer" in m.labels and "direction" in m.labels]
         out: list[Metric] = []
+        if any("round" in m.labels for m in flows):
+            throughput = [m.value for m in flows if m.name == "throughput_bps"]
+            retransmits = [m.value for m in flows if m.name == "retransmits"]
+            if throughput:
+                out.append(_metric("throughput_bps", statistics.median(throughput), "", {}))
+            if retransmits:
+                out.append(_metric("retransmits", sum(retransmits), "", {}))
+            return out
         for name in ("throughput_bps", "retransmits"):
             found = [m for m in flows if m.name == name]
             if not found:
@@ -681,9 +750,10 @@ def _tuning(p: _Params) -> list[str]:
 @register
 class Iperf3(_Iperf):
     kind = "iperf3"
-    description = "iperf3: TCP throughput between hosts (pairs, many to one, all to all), JSON output"
+    description = "iperf3: TCP throughput between hosts (pairs, many to one, all to all, all pairs), JSON output"
     version_argv = ["iperf3", "--version"]
     default_port = 5201
+    serves_one_at_a_time = True
 
     def server_argv(self, port: int, address: str, udp: bool) -> list[str]:
         return ["iperf3", "-s", "-p", str(port), "-B", address]  # an iperf3 server takes TCP and UDP tests

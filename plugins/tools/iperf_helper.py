@@ -113,11 +113,44 @@ def ready(plan):
     return 0
 
 
+def never_started(text):
+    """Whether an iperf3 client failed before its test started: its JSON has an error and no interval. Then the
+    server was busy with another round's flow, or between two tests (a persistent server closes and reopens its
+    socket), and trying again is right."""
+    try:
+        doc = json.loads(text.decode("utf-8", "replace"))
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and bool(doc.get("error")) and not doc.get("intervals")
+
+
+def run_in_turn(client, index, procs, deadline):
+    """One client of a round, retried until its test starts (all_pairs)."""
+    while True:
+        out = open(f"client-{index}.out", "w+b")  # noqa: SIM115 (read back after the client ends, then closed)
+        err = open(f"client-{index}.err", "w+b")  # noqa: SIM115
+        proc = start(procs, client["argv"], stdout=out, stderr=err)
+        proc.wait()
+        procs.remove(proc)
+        out.seek(0)
+        if not never_started(out.read()) or time.time() > deadline:
+            out.seek(0)
+            err.seek(0)
+            return proc, out, err
+        out.close()
+        err.close()
+        time.sleep(0.1)
+
+
 def clients(plan):
     procs: list = []
     stop_children_on_signal(procs)
     runs = []
-    for index, client in enumerate(plan["clients"]):
+    if plan.get("in_turn"):
+        deadline = time.time() + plan["busy_wait"]
+        for index, client in enumerate(plan["clients"]):
+            runs.append((client, *run_in_turn(client, index, procs, deadline)))
+    for index, client in enumerate(plan["clients"] if not plan.get("in_turn") else []):
         out = open(f"client-{index}.out", "w+b")  # noqa: SIM115 (read back after the client ends, then closed)
         err = open(f"client-{index}.err", "w+b")  # noqa: SIM115
         runs.append((client, start(procs, client["argv"], stdout=out, stderr=err), out, err))
@@ -136,6 +169,8 @@ def clients(plan):
             "exit_code": code,
             "stderr": errors[-STDERR_KEPT:],
         }
+        if "round" in client:
+            header["round"] = client["round"]
         sys.stdout.write(HEADER + json.dumps(header, sort_keys=True) + "\n")
         sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
         for line in errors.splitlines():

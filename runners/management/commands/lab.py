@@ -1,4 +1,5 @@
-"""``manage.py lab up|status|down``: the built-in lab of real sshd nodes on loopback (see runners/lab.py).
+"""``manage.py lab up|status|down|degrade|heal``: the built-in lab of real sshd nodes, on loopback or each in its own
+network namespace (``--network netns``), see runners/lab.py. ``degrade``/``heal`` put faults on a netns lab's nodes.
 
 ``up`` also registers the lab in the inventory: credential "lab", nodes ``labN`` (tag "lab") with their host
 keys pinned, and storage "lab-local". ``down`` stops the daemons and leaves the inventory alone, so results
@@ -30,34 +31,73 @@ STORAGE_NAME = "lab-local"
 
 
 class Command(BaseCommand):
-    help = "Start (up), list (status) or stop (down) the built-in lab: real sshd nodes on loopback addresses."
+    help = (
+        "Start (up), list (status) or stop (down) the built-in lab: real sshd nodes on loopback addresses or in their "
+        "own network namespaces; degrade or heal a netns node's link or CPU."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        actions = parser.add_subparsers(dest="action", required=True, metavar="{up,status,down}")
+        actions = parser.add_subparsers(dest="action", required=True, metavar="{up,status,down,degrade,heal}")
         up = actions.add_parser("up", help="start lab1..labN where not running, and register them")
         up.add_argument("--nodes", type=int, default=4, help="how many nodes (default 4); up never stops any")
         up.add_argument("--port", type=int, help=f"port of every node (default: the lab's, else {lab.DEFAULT_PORT})")
         up.add_argument(
             "--base-address",
-            help=f"labN listens on BASE+N (default: the lab's, else {lab.DEFAULT_BASE_ADDRESS})",
+            help=f"labN listens on BASE+N (default: the lab's, else {lab.DEFAULT_BASE_ADDRESS}, or for netns the "
+            "port's /24 of 198.18.0.0/15)",
+        )
+        up.add_argument(
+            "--network",
+            choices=lab.NETWORKS,
+            help="loopback: nodes share this machine's network stack; netns: each node in its own network namespace "
+            "on a bridge (root; falls back to loopback where namespaces cannot be made). Default: the lab's, else "
+            "loopback",
         )
         status = actions.add_parser("status", help="list the lab's nodes")
         status.add_argument("--json", action="store_true", help="print JSON instead of a table")
         actions.add_parser("down", help="stop every lab sshd and its sessions; the inventory is kept")
+        degrade = actions.add_parser("degrade", help="shape a netns node's link (tc) or load its CPU")
+        degrade.add_argument("node", help="the node, e.g. lab2")
+        degrade.add_argument("--rate", help="link rate, e.g. 300mbit (tbf)")
+        degrade.add_argument("--delay", help="added delay, e.g. 2ms (netem)")
+        degrade.add_argument("--loss", help="packet loss, e.g. 0.5%% (netem)")
+        degrade.add_argument("--cpu", action="store_true", help="run a CPU hog pinned to one core in the node")
+        heal = actions.add_parser("heal", help="remove the faults of one node, or of every node")
+        heal.add_argument("node", nargs="?", help="the node (default: every node)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            if options["action"] == "up":
-                self.up(nodes=options["nodes"], port=options["port"], base_address=options["base_address"])
-            elif options["action"] == "status":
+            action = options["action"]
+            if action == "up":
+                self.up(
+                    nodes=options["nodes"],
+                    port=options["port"],
+                    base_address=options["base_address"],
+                    network=options["network"],
+                )
+            elif action == "status":
                 self.status(as_json=options["json"])
+            elif action == "degrade":
+                node = lab.lab_degrade(
+                    options["node"],
+                    rate=options["rate"],
+                    delay=options["delay"],
+                    loss=options["loss"],
+                    cpu=options["cpu"],
+                )
+                self.stdout.write(f"{node.name} degraded.")
+            elif action == "heal":
+                healed = lab.lab_heal(options["node"])
+                self.stdout.write(f"Healed {', '.join(healed) or 'nothing'}.")
             else:
                 self.down()
         except lab.LabError as exc:
             raise CommandError(str(exc)) from exc
 
-    def up(self, *, nodes: int, port: int | None, base_address: str | None) -> None:
-        started = lab.lab_up(nodes, port=port, base_address=base_address)
+    def up(self, *, nodes: int, port: int | None, base_address: str | None, network: str | None) -> None:
+        started = lab.lab_up(nodes, port=port, base_address=base_address, network=network)
+        if network == lab.NETNS and started[0].network != lab.NETNS:
+            self.stderr.write("Network namespaces cannot be made here; the nodes run on loopback addresses instead.")
         account = lab.lab_account()
         with transaction.atomic():
             credential = self._register_credential(account)
@@ -84,7 +124,15 @@ class Command(BaseCommand):
         nodes = lab.lab_status()
         if as_json:
             rows = [
-                {"name": n.name, "address": n.address, "port": n.port, "pid": n.pid, "running": n.running}
+                {
+                    "name": n.name,
+                    "address": n.address,
+                    "port": n.port,
+                    "pid": n.pid,
+                    "running": n.running,
+                    "network": n.network,
+                    "namespace": n.namespace,
+                }
                 for n in nodes
             ]
             self.stdout.write(json.dumps(rows, indent=2))

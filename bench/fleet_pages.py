@@ -1,0 +1,124 @@
+"""The fleet view at scale: its page, CSV export and API over a campaign of 1,000 nodes x 20 metrics (issue 18:
+target under 300 ms), and the link matrix of a 64-node all-pairs campaign, timed through the Django test client.
+
+    DATABASE_URL=postgres://rackbench:rackbench@127.0.0.1:5432/rackbench .venv/bin/python bench/fleet_pages.py
+
+The data goes to a scratch database, ``rackbench_bench_fleet``, created, migrated and dropped here (needs CREATEDB).
+
+Data: one matrix point, 3 repetitions; each run has 20 per-host metrics for each of 1,000 hosts (60,000 rows), one
+host 30 % below the others on one metric. The link campaign: 64 hosts, every ordered pair, 3 repetitions (12,096).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rackbench.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.db import connection  # noqa: E402
+from django.test import Client  # noqa: E402
+from django.test.utils import CaptureQueriesContext, setup_test_environment  # noqa: E402
+
+from accounts.services import team_add_member, team_create  # noqa: E402
+from campaigns.models import Campaign, CampaignStatus, Run, RunStatus  # noqa: E402
+
+SCRATCH_DATABASE = "rackbench_bench_fleet"
+
+
+def page(client: Client, url: str, repeat: int = 5) -> tuple[float, float, int, int]:
+    """Median wall time and median CPU time of this (Django) process (after one warm-up), size, and queries per
+    request. On a loaded machine the CPU time is the steadier number; the database's own time is in the wall time
+    only."""
+    times, cpu = [], []
+    with CaptureQueriesContext(connection) as queries:
+        for i in range(repeat + 1):
+            started, started_cpu = time.perf_counter(), time.process_time()
+            response = client.get(url)
+            assert response.status_code == 200, (url, response.status_code)
+            if i:
+                times.append(time.perf_counter() - started)
+                cpu.append(time.process_time() - started_cpu)
+    return statistics.median(times), statistics.median(cpu), len(response.content), len(queries) // (repeat + 1)
+
+
+def campaign(team: Any, name: str, kind: str) -> Campaign:
+    made = Campaign.objects.create(name=name, kind=kind, team=team, repetitions=3, status=CampaignStatus.SUCCEEDED,
+                                   matrix=[["numjobs", [1]]])  # fmt: skip
+    Run.objects.bulk_create(Run(campaign=made, sequence=r, point=0, params={"numjobs": 1}, repetition=r + 1,
+                                status=RunStatus.SUCCEEDED) for r in range(3))  # fmt: skip
+    return made
+
+
+def run_bench() -> None:
+    from django.contrib.auth import get_user_model
+
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+
+    team = team_create(name="bench")
+    user = get_user_model().objects.create_user("bench", password="bench-pw-1")
+    team_add_member(team=team, user=user)
+    client = Client()
+    client.force_login(user)
+
+    wide = campaign(team, "fleet-1000x20", "fio")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """INSERT INTO campaigns_result (run_id, name, value, unit, host, labels)
+               SELECT r.id, 'metric_' || m, 1000 * (0.97 + random() * 0.06) * (CASE WHEN h = 417 AND m = 3 THEN 0.7
+                      ELSE 1 END), 'B/s', 'node' || h, '{}'::jsonb
+               FROM campaigns_run r, generate_series(1, 20) m, generate_series(1, 1000) h
+               WHERE r.campaign_id = %s""",
+            [wide.pk],
+        )
+        links = campaign(team, "links-64", "iperf3")
+        cursor.execute(
+            """INSERT INTO campaigns_result (run_id, name, value, unit, host, labels)
+               SELECT r.id, 'throughput_bps', 9.4e8 * (0.97 + random() * 0.06) * (CASE WHEN s = 7 OR d = 7 THEN 0.3
+                      ELSE 1 END), 'bit/s', 'node' || s,
+                      jsonb_build_object('peer', 'node' || d, 'direction', 'send', 'round', 0)
+               FROM campaigns_run r, generate_series(1, 64) s, generate_series(1, 64) d
+               WHERE r.campaign_id = %s AND s <> d""",
+            [links.pk],
+        )
+        cursor.execute("ANALYZE campaigns_result")
+
+    for label, url in (
+        ("fleet page, 1,000 nodes x 20 metrics", f"/analysis/campaigns/{wide.pk}/fleet/"),
+        ("fleet CSV (every cell)", f"/analysis/campaigns/{wide.pk}/fleet/?format=csv&table=cells"),
+        ("fleet API", f"/api/v1/campaigns/{wide.pk}/fleet/"),
+        ("link matrix page, 64 nodes", f"/analysis/campaigns/{links.pk}/links/"),
+        ("link matrix API", f"/api/v1/campaigns/{links.pk}/links/"),
+    ):
+        took, cpu, size, queries = page(client, url)
+        print(
+            f"{label:<38} {took * 1000:5.0f} ms wall {cpu * 1000:5.0f} ms cpu {size / 1024:5.0f} KiB {queries} queries"
+        )
+    named = client.get(f"/api/v1/campaigns/{wide.pk}/fleet/").json()["outliers"]
+    linked = client.get(f"/api/v1/campaigns/{links.pk}/links/").json()["outliers"]
+    print(f"outliers named: fleet {named}, links {linked}")
+
+
+def main() -> None:
+    if connection.vendor != "postgresql":
+        sys.exit("run this with DATABASE_URL pointing at a PostgreSQL server")
+    setup_test_environment()
+    connection.settings_dict.setdefault("TEST", {})["NAME"] = SCRATCH_DATABASE
+    connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    try:
+        run_bench()
+    finally:
+        connection.creation.destroy_test_db(SCRATCH_DATABASE, verbosity=0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,257 @@
+"""The fleet view (node x metric against the fleet's median) and the link matrix (sender x receiver): their robust
+judgement, pages, exports and API. Results are data here, written with the ORM; tests/test_fleet_e2e.py measures
+them for real on a lab with degraded links."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from itertools import count
+from typing import Any
+
+import pytest
+from django.test import Client
+from rest_framework.test import APIClient
+
+from analysis import fleet
+from campaigns.models import Campaign, CampaignStatus, Result, Run, RunStatus
+from common.errors import ParamError
+
+_sequence = count(1)
+
+
+# --- robust scores ------------------------------------------------------------------------------------------------
+
+
+def test_a_node_far_below_the_fleets_median_is_an_outlier_and_the_others_are_not() -> None:
+    scores = fleet.robust_scores({"n1": 100, "n2": 98, "n3": 103, "n4": 101, "n5": 60}, threshold=3.5)
+    assert [n for n, s in scores.items() if s.outlier] == ["n5"]
+    assert scores["n5"].median == 100 and scores["n5"].score < -3.5 and scores["n5"].ratio == pytest.approx(0.6)
+
+
+def test_lower_is_better_turns_the_sign() -> None:
+    scores = fleet.robust_scores({"n1": 10, "n2": 10.2, "n3": 9.9, "n4": 30}, higher_is_better=False)
+    assert [n for n, s in scores.items() if s.outlier] == ["n4"]
+    assert scores["n4"].score < 0
+
+
+def test_near_identical_nodes_are_not_outliers_for_a_one_percent_difference() -> None:
+    # MAD 0: without the spread floor any difference at all would be infinitely many deviations away
+    scores = fleet.robust_scores({"n1": 100, "n2": 100, "n3": 100, "n4": 99})
+    assert not any(s.outlier for s in scores.values())
+
+
+def test_two_nodes_are_no_fleet_to_judge_against() -> None:
+    assert not any(s.outlier for s in fleet.robust_scores({"n1": 100, "n2": 1}).values())
+
+
+def test_the_threshold_is_the_users_and_is_checked_naming_its_field() -> None:
+    values = {"n1": 100, "n2": 100, "n3": 100, "n4": 80}  # score -4 with the 5 % floor
+    assert fleet.robust_scores(values, threshold=3.5)["n4"].outlier
+    assert not fleet.robust_scores(values, threshold=5)["n4"].outlier
+    assert fleet.parse_threshold("") == fleet.DEFAULT_THRESHOLD and fleet.parse_threshold("2.5") == 2.5
+    for bad in ("x", "nan", "0", "1e9", "-3"):
+        with pytest.raises(ParamError) as raised:
+            fleet.parse_threshold(bad)
+        assert raised.value.field == "threshold"
+
+
+# --- the link matrix ----------------------------------------------------------------------------------------------
+
+
+def flows(bad_node: str | None = None, bad_link: tuple[str, str] | None = None, n: int = 6) -> list[Any]:
+    nodes = [f"lab{i}" for i in range(1, n + 1)]
+    out = []
+    for s in nodes:
+        for r in nodes:
+            if s == r:
+                continue
+            value = 940e6 + 5e6 * ((hash((s, r)) % 5) - 2)
+            if bad_node in (s, r) or (s, r) == bad_link:
+                value *= 0.3
+            out.append((s, r, value))
+    return out
+
+
+def test_a_bad_node_is_its_row_and_column_and_is_named_alone() -> None:
+    matrix = fleet.link_matrix(flows(bad_node="lab4"))
+    assert matrix.outliers == ["lab4"] and matrix.bad_links == []
+    assert matrix.relative("lab4", "lab1") == pytest.approx(0.3, abs=0.02)
+    assert matrix.relative("lab1", "lab2") == pytest.approx(1, abs=0.02)
+
+
+def test_a_bad_link_is_one_cell_and_names_no_node() -> None:
+    matrix = fleet.link_matrix(flows(bad_link=("lab2", "lab5")))
+    assert matrix.outliers == []
+    assert [(s, r) for s, r, _ in matrix.bad_links] == [("lab2", "lab5")]
+
+
+def test_a_healthy_matrix_names_nothing() -> None:
+    matrix = fleet.link_matrix(flows())
+    assert matrix.outliers == [] and matrix.bad_links == []
+
+
+def test_it_prints_rates_readably() -> None:
+    assert fleet.readable(943_123_456, "bit/s") == "943 Mbit/s"
+    assert fleet.readable(4.213e9, "bit/s") == "4.21 Gbit/s"
+    assert fleet.readable(12.5, "img/s") == "12.5 img/s"
+    assert fleet.readable(None, "bit/s") == "—"
+
+
+# --- pages and API, on stored results -----------------------------------------------------------------------------
+
+
+def stored_campaign(team: Any, name: str = "fleet-iperf", *, bad: str = "lab4", nodes: int = 6) -> Campaign:
+    """An iperf3 all_pairs campaign that ran twice (two repetitions of one point), ``bad``'s flows at 30 %."""
+    campaign = Campaign.objects.create(name=name, kind="iperf3", team=team, status=CampaignStatus.SUCCEEDED,
+                                       matrix=[["parallel", [1]]])  # fmt: skip
+    for repetition in (1, 2):
+        run = Run.objects.create(campaign=campaign, sequence=next(_sequence), point=0, params={"parallel": 1},
+                                 repetition=repetition, status=RunStatus.SUCCEEDED)  # fmt: skip
+        Result.objects.bulk_create(
+            Result(
+                run=run,
+                name="throughput_bps",
+                value=value,
+                unit="bit/s",
+                host=s,
+                labels={"peer": r, "direction": "send", "round": 0},
+            )  # fmt: skip
+            for s, r, value in flows(bad_node=bad, n=nodes)
+        )
+        Result.objects.create(run=run, name="throughput_bps", value=900e6, unit="bit/s", host="", labels={})
+    return campaign
+
+
+def logged_in(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def api_for(user: Any) -> APIClient:
+    client = APIClient()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.django_db
+def test_the_link_page_shows_the_matrix_readably_and_names_the_bad_node(owner: Any, team: Any) -> None:
+    campaign = stored_campaign(team)
+    page = logged_in(owner).get(f"/analysis/campaigns/{campaign.pk}/links/").content.decode()
+
+    assert "Bad node lab4" in page and "30% of the fleet" in page
+    assert "Bad node lab1" not in page and "Bad link" not in page
+    assert "Mbit/s" in page and "heat-bad" in page
+
+
+@pytest.mark.django_db
+def test_the_link_matrix_exports_as_csv_and_json(owner: Any, team: Any) -> None:
+    campaign = stored_campaign(team)
+    url = f"/analysis/campaigns/{campaign.pk}/links/"
+    rows = list(csv.reader(io.StringIO(logged_in(owner).get(url, {"format": "csv"}).content.decode())))
+    assert rows[0] == ["sender", *[f"lab{i}" for i in range(1, 7)]]
+    assert rows[1][0] == "lab1" and rows[1][1] == "" and float(rows[1][2]) > 9e8
+    assert float(rows[4][1]) < 3e8  # lab4 -> lab1
+    nodes = json.loads(logged_in(owner).get(url, {"format": "json", "table": "nodes"}).content)
+    assert [r["node"] for r in nodes["rows"] if r["outlier"]] == ["lab4"]
+
+
+@pytest.mark.django_db
+def test_the_fleet_page_names_the_outlier_with_its_evidence(owner: Any, team: Any) -> None:
+    campaign = stored_campaign(team)
+    response = logged_in(owner).get(f"/analysis/campaigns/{campaign.pk}/fleet/")
+    page = response.content.decode()
+
+    assert response.status_code == 200
+    assert "<strong>lab4</strong>" in page and "<strong>lab1</strong>" not in page
+    evidence = json.loads(logged_in(owner).get(f"/analysis/campaigns/{campaign.pk}/fleet/", {"format": "json"}).content)
+    assert {r["node"] for r in evidence["rows"]} == {"lab4"}
+    assert all(len(r["samples"].split()) == 10 for r in evidence["rows"])  # 5 peers x 2 repetitions
+
+
+@pytest.mark.django_db
+def test_the_api_gives_a_verdict_per_node_and_the_matrix(owner: Any, team: Any) -> None:
+    campaign = stored_campaign(team)
+    api = api_for(owner)
+    verdicts = api.get(f"/api/v1/campaigns/{campaign.pk}/fleet/").json()
+    links = api.get(f"/api/v1/campaigns/{campaign.pk}/links/", {"threshold": "3"}).json()
+
+    assert {n["node"]: n["verdict"] for n in verdicts["nodes"]} == {f"lab{i}": "ok" for i in (1, 2, 3, 5, 6)} | {
+        "lab4": "outlier"
+    }
+    assert verdicts["nodes"][3]["evidence"][0]["metric"] == "throughput_bps"
+    assert links["outliers"] == ["lab4"] and links["threshold"] == 3.0
+    assert links["nodes"][0] == "lab1" and links["matrix"][0][0] is None and len(links["matrix"]) == 6
+
+
+@pytest.mark.django_db
+def test_a_bad_threshold_is_a_400_naming_the_field_and_a_message_on_the_page(owner: Any, team: Any) -> None:
+    campaign = stored_campaign(team)
+    response = api_for(owner).get(f"/api/v1/campaigns/{campaign.pk}/fleet/", {"threshold": "lots"})
+    assert response.status_code == 400 and response.json()["extra"]["field"] == "threshold"
+    page = logged_in(owner).get(f"/analysis/campaigns/{campaign.pk}/links/", {"threshold": "lots"})
+    assert page.status_code == 200 and "threshold: " in page.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_outsider_gets_404s(outsider: Any, team: Any) -> None:
+    campaign = stored_campaign(team)
+    for url in (f"/analysis/campaigns/{campaign.pk}/fleet/", f"/analysis/campaigns/{campaign.pk}/links/"):
+        assert logged_in(outsider).get(url).status_code == 404
+    for url in (f"/api/v1/campaigns/{campaign.pk}/fleet/", f"/api/v1/campaigns/{campaign.pk}/links/"):
+        assert api_for(outsider).get(url).status_code == 404
+
+
+@pytest.mark.django_db
+def test_the_query_count_does_not_grow_with_the_fleet(
+    owner: Any, team: Any, django_assert_max_num_queries: Any
+) -> None:
+    small, large = stored_campaign(team, "small", nodes=4, bad="lab2"), stored_campaign(team, "large", nodes=24)
+    client, api = logged_in(owner), api_for(owner)
+    for campaign in (small, large):
+        with django_assert_max_num_queries(12):
+            assert client.get(f"/analysis/campaigns/{campaign.pk}/fleet/").status_code == 200
+        with django_assert_max_num_queries(12):
+            assert client.get(f"/analysis/campaigns/{campaign.pk}/links/").status_code == 200
+        with django_assert_max_num_queries(12):
+            assert api.get(f"/api/v1/campaigns/{campaign.pk}/fleet/").status_code == 200
+        with django_assert_max_num_queries(12):
+            assert api.get(f"/api/v1/campaigns/{campaign.pk}/links/").status_code == 200
+
+
+# --- a node's history ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_nodes_history_shows_its_decline_beside_its_peers(
+    owner: Any, outsider: Any, team: Any, django_assert_max_num_queries: Any
+) -> None:
+    for week, share in enumerate((1.0, 0.9, 0.8, 0.7)):  # lab4 slows down week after week
+        c = Campaign.objects.create(name=f"week-{week}", kind="iperf3", team=team, status=CampaignStatus.SUCCEEDED)
+        run = Run.objects.create(campaign=c, sequence=next(_sequence), point=0, params={}, repetition=1,
+                                 status=RunStatus.SUCCEEDED)  # fmt: skip
+        Result.objects.bulk_create(
+            Result(
+                run=run,
+                name="throughput_bps",
+                value=9e8 * (share if node == "lab4" else 1),
+                unit="bit/s",
+                host=node,
+                labels={"peer": "x", "direction": "send"},
+            )  # fmt: skip
+            for node in ("lab1", "lab2", "lab3", "lab4", "lab5")
+        )
+    url, client = "/analysis/nodes/lab4/history/", logged_in(owner)
+    with django_assert_max_num_queries(8):
+        rows = json.loads(client.get(url, {"metric": "throughput_bps", "last": "3", "format": "json"}).content)
+
+    # -2.0 at 90 %: within the 5 % spread floor's 3.5 at the default threshold; an outlier from 80 % on
+    assert [(r["campaign"], r["ratio"], r["score"], r["outlier"]) for r in rows["rows"]] == [
+        ("week-1", 0.9, -2.0, False), ("week-2", 0.8, -4.0, True), ("week-3", 0.7, -6.0, True)
+    ]  # fmt: skip
+    assert all(r["fleet_median"] == 9e8 for r in rows["rows"])
+    assert "week-0" not in logged_in(owner).get(url, {"last": "3"}).content.decode()
+    assert "must be a whole number" in logged_in(owner).get(url, {"last": "0"}).content.decode()
+    assert json.loads(logged_in(outsider).get(url, {"format": "json"}).content)["rows"] == []
