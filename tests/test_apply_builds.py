@@ -86,7 +86,7 @@ def test_a_fixed_node_count_means_what_the_matrix_axis_means(inventory: None, te
         assert [len(p["hosts"]) for p in selectors.campaign_preview(campaign=campaign)["shown"]] == [2]
     with pytest.raises(SpecError) as caught:
         services.campaign_apply(
-            data={"name": "n9", "kind": "iperf3", "node_tags": ["dgx"], "fixed": {"nodes": 10}}, team=team
+            data={"name": "n9", "kind": "iperf3", "node_tags": ["dgx"], "fixed": {"nodes": 40}}, team=team
         )
     assert caught.value.field == "fixed.nodes"
 
