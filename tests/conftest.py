@@ -32,6 +32,16 @@ ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 LAB_PORT = int(os.environ.get("RACKBENCH_TEST_LAB_PORT", "2231"))
 LAB_NODES = 4
+# Redis databases for the workers some tests start on a broker of their own (scripts/test's own is 15); parallel
+# sessions on one machine give each other different ones.
+SPARE_BROKER_DBS = [int(n) for n in os.environ.get("RACKBENCH_TEST_SPARE_BROKER_DBS", "14,13").split(",")]
+
+
+def spare_broker(index: int, base: str) -> str:
+    """The URL of spare broker database ``index`` on the Redis server of ``base``."""
+    return base.rsplit("/", 1)[0] + f"/{SPARE_BROKER_DBS[index]}"
+
+
 # The netns lab (each node in its own network namespace, on a bridge): its own port, so its own /24 of 198.18.0.0/15
 # and its own bridge and namespace names, apart from other sessions' labs.
 NETNS_LAB_PORT = LAB_PORT + 1

@@ -26,7 +26,7 @@ from campaigns.models import CampaignStatus, Run
 from telemetry import codec
 from telemetry.models import Chunk, Series, SeriesKind, SeriesSource
 from telemetry.services import run_prometheus_pull
-from tests.conftest import ROOT, Worker, finished, purge_broker, wait_for, worker_env
+from tests.conftest import ROOT, Worker, finished, purge_broker, spare_broker, wait_for, worker_env
 
 pytestmark = [pytest.mark.lab, pytest.mark.worker]
 
@@ -113,7 +113,7 @@ def prometheus_worker(prometheus_url: str, lab: dict[str, Any]) -> Iterator[dict
     if not base.startswith("redis://"):
         pytest.fail("this test needs Redis (scripts/test sets CELERY_BROKER_URL)")
     env = worker_env(
-        CELERY_BROKER_URL=base.rsplit("/", 1)[0] + "/13",
+        CELERY_BROKER_URL=spare_broker(1, base),
         RACKBENCH_PROMETHEUS_URL=prometheus_url,
         RACKBENCH_PROMETHEUS_DELAY="2",
     )

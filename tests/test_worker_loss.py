@@ -11,7 +11,7 @@ from django.conf import settings
 
 from campaigns import services
 from campaigns.models import Campaign, CampaignStatus, Run, RunStatus
-from tests.conftest import ROOT, Worker, group_alive, purge_broker, wait_for, worker_env
+from tests.conftest import ROOT, Worker, group_alive, purge_broker, spare_broker, wait_for, worker_env
 from tests.test_campaign_e2e import fio_campaign
 
 pytestmark = [pytest.mark.lab, pytest.mark.worker]
@@ -22,7 +22,7 @@ def own_broker() -> str:
     base = settings.CELERY_BROKER_URL
     if not base.startswith("redis://"):
         pytest.fail("this test needs Redis (scripts/test sets CELERY_BROKER_URL)")
-    url = base.rsplit("/", 1)[0] + "/14"
+    url = spare_broker(0, base)
     purge_broker(url)
     return url
 
