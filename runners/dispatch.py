@@ -18,7 +18,10 @@ class CeleryRunner:
         tasks.run_collect_task.delay(run_id)
 
     def kill(self, run_id: int, *, once: bool = False) -> None:
-        tasks.run_kill_task.apply_async((run_id,), {"once": True} if once else {})
+        if once:
+            tasks.run_kill_task.apply_async((run_id,), {"once": True})
+        else:
+            tasks.run_kill_task.delay(run_id)
 
     def teardown(self, campaign_id: int) -> None:
         tasks.campaign_teardown_task.delay(campaign_id)
