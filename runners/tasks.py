@@ -93,24 +93,23 @@ def _schedule_poll(run_id: int, token: str) -> None:
     run_poll_task.apply_async((run_id, token), countdown=settings.RACKBENCH["POLL_INTERVAL"])
 
 
-STEP_LEASE = 15.0  # seconds a step's lease lasts unless renewed
-STEP_LEASE_RENEW = 5.0  # seconds between renewals while the step works
-
-
 @contextmanager
 def _step_lease(run_id: int, status: list[str]) -> Iterator[bool]:
     """Hold the run's step lease while the block runs (yields False, holding nothing, when another task holds it).
 
-    A thread renews the lease every STEP_LEASE_RENEW seconds, so a step that is merely slow (an image pull, a long
-    flush, a node that answers slowly) keeps it; a worker that dies stops renewing, and the lease runs out within
-    STEP_LEASE seconds, after which the reconciler resumes the step.
+    A thread renews the lease every third of RACKBENCH_STEP_LEASE seconds, so a step that is merely slow (an image
+    pull, a long flush, a node that answers slowly) keeps it; a worker that dies stops renewing, and the lease runs
+    out within RACKBENCH_STEP_LEASE seconds, after which the reconciler resumes the step.
     """
     owner = uuid.uuid4().hex
-    if not services.run_lease_take(run_id=run_id, owner=owner, status=status, seconds=STEP_LEASE):
+    seconds = settings.RACKBENCH["STEP_LEASE"]
+    if not services.run_lease_take(run_id=run_id, owner=owner, status=status, seconds=seconds):
         yield False
         return
     stop = threading.Event()
-    renewer = threading.Thread(target=_renew_lease, args=(run_id, owner, stop), daemon=True, name=f"lease-{run_id}")
+    renewer = threading.Thread(
+        target=_renew_lease, args=(run_id, owner, seconds, stop), daemon=True, name=f"lease-{run_id}"
+    )
     renewer.start()
     try:
         yield True
@@ -120,10 +119,10 @@ def _step_lease(run_id: int, status: list[str]) -> Iterator[bool]:
         services.run_lease_release(run_id=run_id, owner=owner)
 
 
-def _renew_lease(run_id: int, owner: str, stop: threading.Event) -> None:
+def _renew_lease(run_id: int, owner: str, seconds: float, stop: threading.Event) -> None:
     try:
-        while not stop.wait(STEP_LEASE_RENEW):
-            if not services.run_lease_renew(run_id=run_id, owner=owner, seconds=STEP_LEASE):
+        while not stop.wait(seconds / 3):
+            if not services.run_lease_renew(run_id=run_id, owner=owner, seconds=seconds):
                 return
     except Exception:  # noqa: BLE001 - a renewal that fails lets the lease run out; the step itself goes on
         log.warning("run %s: could not renew the step lease", run_id, exc_info=True)

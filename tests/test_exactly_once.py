@@ -98,11 +98,10 @@ def test_a_step_holding_its_lease_is_never_taken_for_lost(offline_nodes: list[An
 
 
 def test_a_slow_step_keeps_its_lease_and_a_duplicate_backs_off(
-    offline_nodes_tx: list[Any], monkeypatch: pytest.MonkeyPatch
+    offline_nodes_tx: list[Any], monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
     run = a_run(RunStatus.PREPARING)
-    monkeypatch.setattr(run_tasks, "STEP_LEASE", 1.0)
-    monkeypatch.setattr(run_tasks, "STEP_LEASE_RENEW", 0.2)
+    monkeypatch.setitem(settings.RACKBENCH, "STEP_LEASE", 0.6)  # renewed every 0.2 s
 
     with run_tasks._step_lease(run.pk, [RunStatus.PREPARING]) as held:
         assert held
