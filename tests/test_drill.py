@@ -22,7 +22,7 @@ from runners import tasks as run_tasks
 from tests.conftest import ARTIFACTS, Worker, finished, purge_broker, worker_env
 from tests.test_campaign_e2e import fio_campaign
 
-pytestmark = [pytest.mark.drill, pytest.mark.lab, pytest.mark.worker]
+pytestmark = [pytest.mark.drill, pytest.mark.lab, pytest.mark.worker, pytest.mark.timeout(1500)]
 
 NODES = ["lab1", "lab2", "lab3", "lab4"]
 RUNS_PER_NODE = 25
