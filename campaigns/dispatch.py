@@ -26,6 +26,10 @@ class Runner(Protocol):
         """The longest a teardown step may run (its hard time limit), in seconds."""
         ...
 
+    def reprobe_suspect_nodes(self) -> None:
+        """Probe the nodes marked suspect (the circuit breaker) and clear those that answer again."""
+        ...
+
 
 runner: Port[Runner] = Port("campaigns.dispatch.runner", provider="runners")
 

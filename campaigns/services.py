@@ -203,6 +203,15 @@ def campaign_advance(*, campaign_id: int) -> str:
         nodes = Node.objects.select_for_update(no_key=True, of=("self",)).filter(pk__in=node_ids).order_by("pk")
         if any(n.status != NodeStatus.ACTIVE for n in nodes):
             return "paused"  # until the node is active again (the reconciler advances running campaigns)
+        suspect = next((n for n in nodes if n.suspect_since is not None), None)
+        if suspect is not None:  # the circuit breaker: fail fast instead of going through the retries again
+            run_finish(
+                run_id=run.pk,
+                status=RunStatus.FAILED,
+                error=f"not started: node {suspect.name} does not answer since "
+                f"{timezone.localtime(suspect.suspect_since):%Y-%m-%d %H:%M:%S} ({suspect.suspect_reason})",
+            )
+            return "failed"
         held = NodeLease.objects.filter(node_id__in=node_ids, held_for__isnull=False).select_related("node").first()
         if held is not None:  # a job of an earlier run may still be running there: never measure beside it
             run_finish(

@@ -12,6 +12,7 @@ from django.utils import timezone
 from campaigns import dispatch, services
 from campaigns.models import RUN_ACTIVE, Campaign, CampaignStatus, NodeLease, Run, RunStatus
 from common.retry import Backoff
+from inventory.models import Node
 
 log = logging.getLogger(__name__)
 WEBHOOK_BACKOFF = Backoff(base=5.0, ceiling=300.0)  # a receiver that is down gets minutes to come back
@@ -70,6 +71,8 @@ def reconcile_runs() -> dict[str, int]:
         services.run_heartbeat(run_id=run_id)
         runner.kill(run_id)  # its kill task was lost
         counts["kills resent"] += 1
+    if Node.objects.filter(suspect_since__isnull=False).exists():
+        runner.reprobe_suspect_nodes()  # a suspect node that answers again is used again
     # A node kept for a kill that is not confirmed: the kill is tried again (once per task) before anyone gets it.
     unconfirmed = NodeLease.objects.filter(held_for__kill_pending=False, held_for__heartbeat_at__lt=stale)
     for run_id in unconfirmed.values_list("held_for_id", flat=True).distinct():

@@ -113,6 +113,10 @@ class Node(models.Model):
     )
     facts = models.JSONField(default=dict, blank=True)
     facts_collected_at = models.DateTimeField(null=True, blank=True)
+    # The circuit breaker: a node that did not answer a short SSH probe after a failure. Runs on it fail at once
+    # (instead of each going through its retries) until a probe of the reconciler finds it answering again.
+    suspect_since = models.DateTimeField(null=True, blank=True)
+    suspect_reason = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     status_loaded: str | None = None  # not a field: the status as read from the database
 

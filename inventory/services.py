@@ -194,3 +194,20 @@ def node_sync_interfaces(*, node: Node, nics: list[dict[str, Any]]) -> list[Inte
         )
         interfaces.append(interface)
     return interfaces
+
+
+def node_mark_suspect(*, node: Node, reason: str) -> bool:
+    """The node did not answer a short SSH probe: runs on it fail at once from now on (see ``suspect_since``).
+    Keeps the first time and reason of an outage; False when it was suspect already."""
+    return bool(
+        Node.objects.filter(pk=node.pk, suspect_since__isnull=True).update(
+            suspect_since=timezone.now(), suspect_reason=reason[:2000]
+        )
+    )
+
+
+def node_clear_suspect(*, node: Node) -> bool:
+    """The node answers again."""
+    return bool(
+        Node.objects.filter(pk=node.pk, suspect_since__isnull=False).update(suspect_since=None, suspect_reason="")
+    )

@@ -29,6 +29,9 @@ class CeleryRunner:
     def teardown_time_limit(self) -> float:
         return float(tasks.campaign_teardown_task.time_limit or 0)
 
+    def reprobe_suspect_nodes(self) -> None:
+        tasks.nodes_reprobe_task.delay()
+
 
 def collect_facts(node_id: int) -> None:
     tasks.collect_facts_task.delay(node_id)

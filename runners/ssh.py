@@ -355,6 +355,20 @@ def _drain(channel: paramiko.Channel, *, deadline: float) -> tuple[str | None, s
     return b"".join(out).decode(errors="replace"), b"".join(err).decode(errors="replace")
 
 
+def probe(address: str, port: int, *, timeout: float = 2.0) -> str:
+    """A short check that an SSH server answers at ``address:port`` (the circuit breaker's test): "" when one
+    does, else why not. Sends an identification back, or sshd logs an error per probe."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout) as sock:
+            banner = sock.recv(256)
+            sock.sendall(b"SSH-2.0-rackbench-probe\r\n")
+    except TimeoutError:
+        return f"no answer within {timeout:g} s"
+    except OSError as exc:
+        return f"cannot connect: {exc.strerror or exc}"
+    return "" if banner.startswith(b"SSH-") else "the port answers without an SSH banner"
+
+
 def fan_out(items: Iterable[T], fn: Callable[[T], R], *, workers: int = 64) -> list[R | BaseException]:
     """Call ``fn`` on every item in a bounded thread pool; each slot holds a result or the exception raised."""
     items = list(items)

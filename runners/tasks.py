@@ -25,6 +25,7 @@ from campaigns import services
 from campaigns.models import RUN_TERMINAL, Run, RunStatus
 from common.retry import Backoff
 from inventory.models import Node
+from inventory.services import node_clear_suspect, node_mark_suspect
 from plugins.benchmarks.base import ParamError
 from runners import execution, facts, remote, ssh
 from telemetry.tasks import enqueue_prometheus_pull
@@ -41,12 +42,34 @@ def _is_transient(exc: BaseException) -> bool:
     return isinstance(exc, SoftTimeLimitExceeded) or getattr(exc, "transient", False)
 
 
+PROBE_TIMEOUT = 2.0  # seconds the circuit breaker's probe waits for a node's SSH banner
+
+
+def _node_down(exc: BaseException) -> str:
+    """After a transient failure on a node: probe it, and when it does not answer mark it suspect (its other runs
+    then fail at once instead of each going through its retries) and say so; "" when it answers."""
+    endpoint = getattr(exc, "endpoint", None)
+    if not _is_transient(exc) or endpoint is None or not endpoint.name:
+        return ""
+    why = ssh.probe(endpoint.address, endpoint.port, timeout=PROBE_TIMEOUT)
+    node = Node.objects.filter(name=endpoint.name, address=endpoint.address, ssh_port=endpoint.port).first()
+    if not why or node is None:
+        return ""
+    node_mark_suspect(node=node, reason=f"{exc} (probe: {why})")
+    return f"node {node.name} does not answer ({why}): marked suspect, its other runs fail at once until it answers"
+
+
 def _retry_or_fail(
     task: Task, run_id: int, exc: BaseException, *, kill: bool = False, args: tuple[Any, ...] | None = None
 ) -> None:
-    """Retry a transient failure with backoff and jitter; otherwise fail the run with a clear reason."""
+    """Retry a transient failure with backoff and jitter, unless its node does not answer at all (the circuit
+    breaker); otherwise fail the run with a clear reason."""
     retries = task.request.retries
     cfg = settings.RACKBENCH
+    down = _node_down(exc)
+    if down:
+        services.run_mark_failed(run_id=run_id, error=f"{exc}; {down}", kill=kill)
+        return
     if _is_transient(exc) and retries < cfg["RETRY_MAX"]:
         services.run_heartbeat(run_id=run_id)
         countdown = _backoff().delay(retries)
@@ -70,24 +93,23 @@ def _schedule_poll(run_id: int, token: str) -> None:
     run_poll_task.apply_async((run_id, token), countdown=settings.RACKBENCH["POLL_INTERVAL"])
 
 
-STEP_LEASE = 15.0  # seconds a step's lease lasts unless renewed
-STEP_LEASE_RENEW = 5.0  # seconds between renewals while the step works
-
-
 @contextmanager
 def _step_lease(run_id: int, status: list[str]) -> Iterator[bool]:
     """Hold the run's step lease while the block runs (yields False, holding nothing, when another task holds it).
 
-    A thread renews the lease every STEP_LEASE_RENEW seconds, so a step that is merely slow (an image pull, a long
-    flush, a node that answers slowly) keeps it; a worker that dies stops renewing, and the lease runs out within
-    STEP_LEASE seconds, after which the reconciler resumes the step.
+    A thread renews the lease every third of RACKBENCH_STEP_LEASE seconds, so a step that is merely slow (an image
+    pull, a long flush, a node that answers slowly) keeps it; a worker that dies stops renewing, and the lease runs
+    out within RACKBENCH_STEP_LEASE seconds, after which the reconciler resumes the step.
     """
     owner = uuid.uuid4().hex
-    if not services.run_lease_take(run_id=run_id, owner=owner, status=status, seconds=STEP_LEASE):
+    seconds = settings.RACKBENCH["STEP_LEASE"]
+    if not services.run_lease_take(run_id=run_id, owner=owner, status=status, seconds=seconds):
         yield False
         return
     stop = threading.Event()
-    renewer = threading.Thread(target=_renew_lease, args=(run_id, owner, stop), daemon=True, name=f"lease-{run_id}")
+    renewer = threading.Thread(
+        target=_renew_lease, args=(run_id, owner, seconds, stop), daemon=True, name=f"lease-{run_id}"
+    )
     renewer.start()
     try:
         yield True
@@ -97,10 +119,10 @@ def _step_lease(run_id: int, status: list[str]) -> Iterator[bool]:
         services.run_lease_release(run_id=run_id, owner=owner)
 
 
-def _renew_lease(run_id: int, owner: str, stop: threading.Event) -> None:
+def _renew_lease(run_id: int, owner: str, seconds: float, stop: threading.Event) -> None:
     try:
-        while not stop.wait(STEP_LEASE_RENEW):
-            if not services.run_lease_renew(run_id=run_id, owner=owner, seconds=STEP_LEASE):
+        while not stop.wait(seconds / 3):
+            if not services.run_lease_renew(run_id=run_id, owner=owner, seconds=seconds):
                 return
     except Exception:  # noqa: BLE001 - a renewal that fails lets the lease run out; the step itself goes on
         log.warning("run %s: could not renew the step lease", run_id, exc_info=True)
@@ -242,7 +264,8 @@ def _collect(task: Task, run_id: int) -> None:
 def run_kill_task(self: Task, run_id: int, once: bool = False) -> None:
     """Kill everything the run started on its hosts and keep whatever output they left; then its campaign goes on
     (or gives its nodes back). Where the kill is not confirmed after the retries (``once``: no retry), the node
-    stays held with the reason (``run_kill_unconfirmed``) and the reconciler tries again when it answers."""
+    stays held with the reason (``run_kill_unconfirmed``) and the reconciler tries again when it answers. A node
+    marked suspect (it does not answer at all) is not retried here."""
     run = _load(run_id)
     if run is None:
         return
@@ -250,7 +273,8 @@ def run_kill_task(self: Task, run_id: int, once: bool = False) -> None:
         unconfirmed = execution.run_kill(run)
     except Exception as exc:  # noqa: BLE001 - whatever it was, the kill is not confirmed on any host
         unconfirmed = {host: str(exc) for host in run.hosts.values_list("host", flat=True)}
-    if unconfirmed and not once and self.request.retries < (self.max_retries or 0):
+    down = set(Node.objects.filter(name__in=unconfirmed, suspect_since__isnull=False).values_list("name", flat=True))
+    if set(unconfirmed) - down and not once and self.request.retries < (self.max_retries or 0):
         raise self.retry(countdown=_backoff().delay(self.request.retries)) from None
     if unconfirmed:
         log.warning("run %s: the kill is not confirmed on %s", run_id, unconfirmed)
@@ -300,3 +324,11 @@ def collect_facts_task(self: Task, node_id: int) -> None:
             log.warning("facts of %s: transient failure, retry in %.1f s: %s", node.name, countdown, exc)
             raise self.retry(exc=exc, countdown=countdown) from exc
         log.error("facts of %s not collected: %s", node.name, exc)
+
+
+@shared_task(soft_time_limit=60, time_limit=90)
+def nodes_reprobe_task() -> int:
+    """Probe every suspect node (the reconciler sends this); those that answer again are cleared. Returns how many."""
+    nodes = list(Node.objects.filter(suspect_since__isnull=False))
+    answers = ssh.fan_out(nodes, lambda n: ssh.probe(n.address, n.ssh_port, timeout=PROBE_TIMEOUT))
+    return sum(node_clear_suspect(node=n) for n, why in zip(nodes, answers, strict=True) if why == "")

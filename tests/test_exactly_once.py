@@ -98,11 +98,10 @@ def test_a_step_holding_its_lease_is_never_taken_for_lost(offline_nodes: list[An
 
 
 def test_a_slow_step_keeps_its_lease_and_a_duplicate_backs_off(
-    offline_nodes_tx: list[Any], monkeypatch: pytest.MonkeyPatch
+    offline_nodes_tx: list[Any], monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
     run = a_run(RunStatus.PREPARING)
-    monkeypatch.setattr(run_tasks, "STEP_LEASE", 1.0)
-    monkeypatch.setattr(run_tasks, "STEP_LEASE_RENEW", 0.2)
+    monkeypatch.setitem(settings.RACKBENCH, "STEP_LEASE", 0.6)  # renewed every 0.2 s
 
     with run_tasks._step_lease(run.pk, [RunStatus.PREPARING]) as held:
         assert held
@@ -550,3 +549,46 @@ def test_a_benchmark_rackbench_killed_is_said_to_be_killed_by_rackbench(lab: dic
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
     assert "killed by rackbench on lab4" in run.error and "outside rackbench" not in run.error
+
+
+# --- the circuit breaker -----------------------------------------------------------------------------------
+
+
+@pytest.mark.lab
+@pytest.mark.worker
+def test_a_node_that_does_not_answer_is_marked_suspect_and_its_other_runs_fail_at_once(
+    lab: dict[str, Any], worker: Any, django_user_model: Any, client: Any
+) -> None:
+    from django.urls import reverse
+
+    from inventory.models import Node
+    from runners import lab as lab_module
+
+    lab_module.lab_node_down(2, lab_dir=lab["dir"])
+    try:
+        started = time.monotonic()
+        campaign = launched("down", ["lab2"], repetitions=4)
+        finished(campaign, timeout=120)
+        seconds = time.monotonic() - started
+
+        first, *others = campaign.runs.order_by("sequence")
+        assert "node lab2 does not answer" in first.error and "marked suspect" in first.error, first.error
+        assert all(r.status == RunStatus.FAILED for r in others)
+        assert all(r.error.startswith("not started: node lab2 does not answer since") for r in others), [
+            r.error for r in others
+        ]
+        assert all(r.started_at is None for r in others)  # no SSH attempt, no retries
+        node = Node.objects.get(name="lab2")
+        assert node.suspect_since and "cannot connect" in node.suspect_reason
+        client.force_login(django_user_model.objects.create_superuser("root", password="pw-root-123"))
+        page = client.get(reverse("inventory:node-detail", args=[node.pk])).content.decode()
+        assert "suspect since" in page and "Does not answer over SSH" in page
+        print(f"4 runs on a dead node ended in {seconds:.1f} s")
+    finally:
+        lab_module.lab_up(LAB_NODES, port=LAB_PORT, lab_dir=lab["dir"])
+
+    assert run_tasks.nodes_reprobe_task.apply().get() == 1  # as the reconciler sends it: lab2 answers again
+    assert Node.objects.get(name="lab2").suspect_since is None
+    again = launched("back", ["lab2"])
+    finished(again, timeout=120)
+    assert again.status == CampaignStatus.SUCCEEDED, list(again.runs.values_list("error", flat=True))
