@@ -187,7 +187,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["api.parsers.StrictJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
-    "DEFAULT_THROTTLE_CLASSES": ["api.throttles.TokenOrUserThrottle", "rest_framework.throttling.AnonRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["api.throttles.TokenOrUserThrottle", "api.throttles.AnonThrottle"],
     "DEFAULT_THROTTLE_RATES": {
         "user": _rate("RACKBENCH_API_RATE", "240/minute"),
         "anon": _rate("RACKBENCH_API_ANON_RATE", "30/minute"),
@@ -260,6 +260,8 @@ RACKBENCH: dict[str, Any] = {
     "SSH_CONNECT_TIMEOUT": env_float("RACKBENCH_SSH_CONNECT_TIMEOUT", 10.0, minimum=0.1),
     "SSH_COMMAND_TIMEOUT": env_float("RACKBENCH_SSH_COMMAND_TIMEOUT", 120.0, minimum=0.1),
     "SSH_KEEPALIVE": env_int("RACKBENCH_SSH_KEEPALIVE", 15, minimum=0),
+    # Seconds a pooled SSH connection is reused; the next use opens a new one, which checks the pinned host key again.
+    "SSH_MAX_AGE": env_float("RACKBENCH_SSH_MAX_AGE", 300.0, minimum=0.0),
     "SSH_FANOUT": env_int("RACKBENCH_SSH_FANOUT", 64, minimum=1),
     "POLL_INTERVAL": env_float("RACKBENCH_POLL_INTERVAL", 2.0, minimum=0.05),
     "RETRY_MAX": env_int("RACKBENCH_RETRY_MAX", 3, minimum=0),
