@@ -16,7 +16,6 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
-from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -27,6 +26,7 @@ from accounts.selectors import Scope, may_share, scope_for
 from api import filters, serializers
 from api.errors import error
 from api.models import IdempotentRequest
+from api.pagination import StrictCursorPagination
 from api.permissions import InventoryChangePermission, inventory_check_create
 from campaigns import baselines, selectors, services
 from campaigns.models import Baseline, Campaign, CampaignStatus, Result, Run, Verdict
@@ -170,7 +170,9 @@ class PresetViewSet(ScopedMixin, viewsets.ViewSet):
             raise NotFound(f"no preset named {slug!r}")
         return Response(serializers.PresetSerializer(vars(preset)).data)
 
-    @extend_schema(request=serializers.PresetInstantiateSerializer, responses={201: serializers.CampaignSerializer})
+    @extend_schema(
+        request=serializers.PresetInstantiateSerializer, responses={201: serializers.PresetInstantiatedSerializer}
+    )
     @action(detail=True, methods=["post"])
     def instantiate(self, request: Request, slug: str) -> Response:
         form = serializers.PresetInstantiateSerializer(data=request.data)
@@ -406,10 +408,9 @@ def _bounded_int(query: Any, name: str, default: int, low: int, high: int) -> in
     return value
 
 
-class ResultCursor(CursorPagination):
+class ResultCursor(StrictCursorPagination):
     ordering = "-id"
     page_size = 100
-    max_page_size = 1000
     page_size_query_param = "limit"
 
 

@@ -181,7 +181,7 @@ REST_FRAMEWORK = {
         "rest_framework.permissions.IsAuthenticated",
         "api.authentication.TokenScopePermission",
     ],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "api.pagination.StrictLimitOffsetPagination",
     "PAGE_SIZE": 100,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PARSER_CLASSES": ["api.parsers.StrictJSONParser"],
@@ -203,6 +203,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "api.schema.add_error_responses"],
     # Two choice sets share the field name "kind": name each, or the schema gets a hashed name and a warning.
     "ENUM_NAME_OVERRIDES": {
         "StorageKindEnum": "inventory.models.StorageKind",
@@ -295,5 +296,5 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("RACKBENCH_LOG_LEVEL", "INFO")},
-    "loggers": {"paramiko": {"level": "WARNING"}},
+    "loggers": {"paramiko": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }
