@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import CursorPagination, LimitOffsetPagination
 from rest_framework.request import Request
 
@@ -40,6 +40,15 @@ class StrictCursorPagination(CursorPagination):
     """A cursor page whose ``limit`` (when the view takes one) is checked like the other lists'."""
 
     max_page_size = MAX_LIMIT
+
+    def decode_cursor(self, request: Request) -> Any:
+        """A cursor that cannot be read is bad input (400 naming it), not a missing page (DRF answers 404)."""
+        try:
+            return super().decode_cursor(request)
+        except NotFound:
+            raise ValidationError(
+                {self.cursor_query_param: ["not a cursor this API gave: follow next/previous"]}
+            ) from None
 
     def get_page_size(self, request: Request) -> Any:
         if self.page_size_query_param:

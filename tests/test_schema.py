@@ -62,3 +62,5 @@ def test_bad_limit_or_offset_is_a_400_naming_it(query: str, owner: Any) -> None:
         assert response.status_code == 400, (url, query)
         assert query.split("=")[0] in response.json()["extra"], (url, query)
     assert client.get("/api/v1/nodes/?limit=5&offset=10").status_code == 200
+    unreadable = client.get("/api/v1/results/?cursor=%2C.%2F%3B")
+    assert unreadable.status_code == 400 and "cursor" in unreadable.json()["extra"]
