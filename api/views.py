@@ -448,6 +448,8 @@ class BaselineViewSet(
         campaign = self.scope.filter(Campaign.objects.all()).filter(pk=form.validated_data["campaign"]).first()
         if campaign is None:
             raise ValidationError({"campaign": ["no such campaign"]})
+        if campaign.team_id is None and not may_share(user=request.user):
+            raise PermissionDenied("the baseline of a shared campaign is set and retired by staff only")
         runs = list(Run.objects.filter(pk__in=form.validated_data["runs"]))
         if len(runs) != len(set(form.validated_data["runs"])):
             raise ValidationError({"runs": ["no such run"]})
@@ -456,6 +458,8 @@ class BaselineViewSet(
         return Response(serializers.BaselineSerializer(baseline).data, status=201)
 
     def perform_destroy(self, instance: Baseline) -> None:
+        if instance.team_id is None and not may_share(user=self.request.user):
+            raise PermissionDenied("the baseline of a shared campaign is set and retired by staff only")
         Baseline.objects.filter(pk=instance.pk).update(active=False)
 
 
