@@ -11,6 +11,8 @@ from typing import Any
 
 from django.db import DataError
 from django.db.models import ProtectedError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -32,6 +34,13 @@ def service_error(exc: Exception) -> Response | None:
         used_by = sorted({str(o) for o in exc.protected_objects})[:10]
         return error("still in use; remove what uses it first", 409, used_by=used_by)
     return None
+
+
+def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Django's 404 (no URL pattern matched): JSON in the one error shape under /api/, the HTML page elsewhere."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"message": "not found: no such resource or action", "extra": {}}, status=404)
+    return defaults.page_not_found(request, exception)
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:

@@ -53,7 +53,7 @@ class NodeSerializer(serializers.ModelSerializer):
     credential = UsableCredentialField(
         slug_field="name", queryset=Credential.objects.all(), required=False, allow_null=True
     )
-    team: Slug[Any] = Slug(slug_field="name", read_only=True)
+    team: Slug[Any] = Slug(slug_field="name", read_only=True, allow_null=True)
     tags = TagListField(required=False, help_text="tag names; missing tags are created")
 
     class Meta:
@@ -88,7 +88,7 @@ class InterfaceSerializer(serializers.ModelSerializer):
 
 
 class CredentialSerializer(serializers.ModelSerializer):
-    team: Slug[Any] = Slug(slug_field="name", read_only=True)
+    team: Slug[Any] = Slug(slug_field="name", read_only=True, allow_null=True)
 
     class Meta:
         model = Credential
@@ -97,7 +97,7 @@ class CredentialSerializer(serializers.ModelSerializer):
 
 class StorageSystemSerializer(serializers.ModelSerializer):
     site: Slug[Any] = Slug(slug_field="name", queryset=Site.objects.all(), required=False, allow_null=True)
-    team: Slug[Any] = Slug(slug_field="name", read_only=True)
+    team: Slug[Any] = Slug(slug_field="name", read_only=True, allow_null=True)
     admin_credential = UsableCredentialField(
         slug_field="name", queryset=Credential.objects.all(), required=False, allow_null=True
     )
@@ -136,9 +136,9 @@ class StorageSystemSerializer(serializers.ModelSerializer):
 class CampaignSerializer(serializers.ModelSerializer):
     nodes: Slug[Any] = Slug(slug_field="name", many=True, read_only=True)
     node_tags: Slug[Any] = Slug(slug_field="name", many=True, read_only=True)
-    storage: Slug[Any] = Slug(slug_field="name", read_only=True)
-    owner: Slug[Any] = Slug(slug_field="username", read_only=True)
-    team: Slug[Any] = Slug(slug_field="name", read_only=True)
+    storage: Slug[Any] = Slug(slug_field="name", read_only=True, allow_null=True)
+    owner: Slug[Any] = Slug(slug_field="username", read_only=True, allow_null=True)
+    team: Slug[Any] = Slug(slug_field="name", read_only=True, allow_null=True)
     family = serializers.CharField(source="family_name", read_only=True)
     # Annotations of campaigns.selectors.campaign_list().
     run_total = serializers.IntegerField(read_only=True)
@@ -180,6 +180,19 @@ class PresetSerializer(serializers.Serializer):
     description = serializers.CharField()
     needs = serializers.ListField(child=serializers.CharField())
     campaigns = serializers.ListField(child=serializers.DictField())
+
+
+class PresetInstantiatedSerializer(serializers.Serializer):
+    """What instantiating a preset created: one campaign, or a suite's several."""
+
+    campaigns = CampaignSerializer(many=True, read_only=True)
+
+
+class ErrorSerializer(serializers.Serializer):
+    """The one error shape: ``extra`` names the offending field(s) of a 400, what is in the way of a 409, ..."""
+
+    message = serializers.CharField()
+    extra = serializers.DictField()
 
 
 class PresetInstantiateSerializer(serializers.Serializer):
@@ -225,8 +238,8 @@ class ResultSerializer(serializers.ModelSerializer):
 
 class BaselineSerializer(serializers.ModelSerializer):
     campaign_name = serializers.CharField(source="campaign.name", read_only=True)
-    team: Slug[Any] = Slug(slug_field="name", read_only=True)
-    created_by: Slug[Any] = Slug(slug_field="username", read_only=True)
+    team: Slug[Any] = Slug(slug_field="name", read_only=True, allow_null=True)
+    created_by: Slug[Any] = Slug(slug_field="username", read_only=True, allow_null=True)
     runs: serializers.PrimaryKeyRelatedField[Any] = serializers.PrimaryKeyRelatedField(
         many=True, read_only=True, help_text="the chosen runs; empty: every succeeded run of the campaign"
     )

@@ -16,7 +16,6 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
-from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -29,6 +28,7 @@ from analysis import selectors as analysis_selectors
 from api import filters, serializers
 from api.errors import error
 from api.models import IdempotentRequest
+from api.pagination import StrictCursorPagination
 from api.permissions import InventoryChangePermission, inventory_check_create
 from campaigns import baselines, selectors, services
 from campaigns.models import Baseline, Campaign, CampaignStatus, Result, Run, Verdict
@@ -172,7 +172,9 @@ class PresetViewSet(ScopedMixin, viewsets.ViewSet):
             raise NotFound(f"no preset named {slug!r}")
         return Response(serializers.PresetSerializer(vars(preset)).data)
 
-    @extend_schema(request=serializers.PresetInstantiateSerializer, responses={201: serializers.CampaignSerializer})
+    @extend_schema(
+        request=serializers.PresetInstantiateSerializer, responses={201: serializers.PresetInstantiatedSerializer}
+    )
     @action(detail=True, methods=["post"])
     def instantiate(self, request: Request, slug: str) -> Response:
         form = serializers.PresetInstantiateSerializer(data=request.data)
@@ -444,10 +446,9 @@ def _bounded_int(query: Any, name: str, default: int, low: int, high: int) -> in
     return value
 
 
-class ResultCursor(CursorPagination):
+class ResultCursor(StrictCursorPagination):
     ordering = "-id"
     page_size = 100
-    max_page_size = 1000
     page_size_query_param = "limit"
 
 
@@ -486,6 +487,8 @@ class BaselineViewSet(
         campaign = self.scope.filter(Campaign.objects.all()).filter(pk=form.validated_data["campaign"]).first()
         if campaign is None:
             raise ValidationError({"campaign": ["no such campaign"]})
+        if campaign.team_id is None and not may_share(user=request.user):
+            raise PermissionDenied("the baseline of a shared campaign is set and retired by staff only")
         runs = list(Run.objects.filter(pk__in=form.validated_data["runs"]))
         if len(runs) != len(set(form.validated_data["runs"])):
             raise ValidationError({"runs": ["no such run"]})
@@ -494,6 +497,8 @@ class BaselineViewSet(
         return Response(serializers.BaselineSerializer(baseline).data, status=201)
 
     def perform_destroy(self, instance: Baseline) -> None:
+        if instance.team_id is None and not may_share(user=self.request.user):
+            raise PermissionDenied("the baseline of a shared campaign is set and retired by staff only")
         Baseline.objects.filter(pk=instance.pk).update(active=False)
 
 

@@ -77,9 +77,10 @@ class ApiError(CiError):
 class _Transient(Exception):
     """A failure worth retrying; ``unsent`` when the request certainly never reached the application."""
 
-    def __init__(self, what: str, *, unsent: bool) -> None:
+    def __init__(self, what: str, *, unsent: bool, retry_after: float | None = None) -> None:
         super().__init__(what)
         self.unsent = unsent
+        self.retry_after = retry_after  # the server's Retry-After (a 429), in seconds
 
 
 # --- the HTTP API ---------------------------------------------------------------------------------------
@@ -116,6 +117,8 @@ class Api:
                     tries = f" (after {attempt + 1} attempts)" if attempt else ""
                     raise ApiError(f"{method} {path}", None, f"{exc}{tries}") from None
                 delay = RETRY_DELAYS[attempt] * random.uniform(0.5, 1.5)
+                if exc.retry_after is not None:
+                    delay = min(max(delay, exc.retry_after), 120.0)
                 attempt += 1
                 self.note(f"{method} {path}: {exc}; retry {attempt}/{len(RETRY_DELAYS)} in {delay:.1f} s")
                 time.sleep(delay)
@@ -142,6 +145,10 @@ class Api:
             payload = exc.read()
             if exc.code in TRANSIENT_STATUS:
                 raise _Transient(f"HTTP {exc.code}", unsent=exc.code == 503) from None
+            if exc.code == 429:  # throttled before the view ran: nothing happened, send it again when told
+                wait = exc.headers.get("Retry-After", "")
+                raise _Transient("HTTP 429 (too many requests)", unsent=True,
+                                 retry_after=float(wait) if wait.isdigit() else None) from None  # fmt: skip
             raise ApiError(where, exc.code, *_error_fields(payload)) from None
         except urllib.error.URLError as exc:
             if _is_transient(exc.reason):

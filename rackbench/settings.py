@@ -181,13 +181,13 @@ REST_FRAMEWORK = {
         "rest_framework.permissions.IsAuthenticated",
         "api.authentication.TokenScopePermission",
     ],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "api.pagination.StrictLimitOffsetPagination",
     "PAGE_SIZE": 100,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PARSER_CLASSES": ["api.parsers.StrictJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
-    "DEFAULT_THROTTLE_CLASSES": ["api.throttles.TokenOrUserThrottle", "rest_framework.throttling.AnonRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["api.throttles.TokenOrUserThrottle", "api.throttles.AnonThrottle"],
     "DEFAULT_THROTTLE_RATES": {
         "user": _rate("RACKBENCH_API_RATE", "240/minute"),
         "anon": _rate("RACKBENCH_API_ANON_RATE", "30/minute"),
@@ -203,6 +203,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "api.schema.add_error_responses"],
     # Two choice sets share the field name "kind": name each, or the schema gets a hashed name and a warning.
     "ENUM_NAME_OVERRIDES": {
         "StorageKindEnum": "inventory.models.StorageKind",
@@ -260,6 +261,8 @@ RACKBENCH: dict[str, Any] = {
     "SSH_CONNECT_TIMEOUT": env_float("RACKBENCH_SSH_CONNECT_TIMEOUT", 10.0, minimum=0.1),
     "SSH_COMMAND_TIMEOUT": env_float("RACKBENCH_SSH_COMMAND_TIMEOUT", 120.0, minimum=0.1),
     "SSH_KEEPALIVE": env_int("RACKBENCH_SSH_KEEPALIVE", 15, minimum=0),
+    # Seconds a pooled SSH connection is reused; the next use opens a new one, which checks the pinned host key again.
+    "SSH_MAX_AGE": env_float("RACKBENCH_SSH_MAX_AGE", 300.0, minimum=0.0),
     "SSH_FANOUT": env_int("RACKBENCH_SSH_FANOUT", 64, minimum=1),
     "POLL_INTERVAL": env_float("RACKBENCH_POLL_INTERVAL", 2.0, minimum=0.05),
     "RETRY_MAX": env_int("RACKBENCH_RETRY_MAX", 3, minimum=0),
@@ -295,5 +298,5 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("RACKBENCH_LOG_LEVEL", "INFO")},
-    "loggers": {"paramiko": {"level": "WARNING"}},
+    "loggers": {"paramiko": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }

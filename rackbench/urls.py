@@ -16,3 +16,6 @@ urlpatterns = [
     path("", include("scheduling.urls")),
     path("", include("campaigns.urls")),
 ]
+
+# Under /api/ even a URL no route matches (an id that is not a number, a typo) answers in the one error shape.
+handler404 = "api.errors.page_not_found"

@@ -59,6 +59,7 @@ def pool() -> ssh.Pool:
                     connect=cfg["SSH_CONNECT_TIMEOUT"],
                     command=cfg["SSH_COMMAND_TIMEOUT"],
                     keepalive=cfg["SSH_KEEPALIVE"],
+                    max_age=cfg["SSH_MAX_AGE"],
                 ),
             )
         return _pool

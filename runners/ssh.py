@@ -3,7 +3,10 @@
 Connections are pooled per worker process and reused; each socket has TCP_NODELAY (on loopback a
 pooled command then takes a few milliseconds instead of ~40 ms of Nagle + delayed-ACK waits).
 Host keys are pinned: the key seen at first contact is stored, and a different key later is a
-permanent, clearly worded failure. Errors are classed transient (worth a retry) or permanent.
+permanent, clearly worded failure. A pooled connection is reused for at most ``Timeouts.max_age``
+seconds: the next use then opens a new one, whose handshake checks the node's key against the pinned
+one again, so a changed key is noticed within that age and not only when a connection breaks.
+Errors are classed transient (worth a retry) or permanent.
 """
 
 from __future__ import annotations
@@ -140,6 +143,9 @@ class Timeouts:
     connect: float = 10.0
     command: float = 120.0
     keepalive: int = 15
+    max_age: float = (
+        300.0  # seconds a connection is reused before the next use opens (and verifies) a new one; 0: no bound
+    )
 
 
 class Pool:
@@ -149,6 +155,9 @@ class Pool:
         self.store = store
         self.timeouts = timeouts or Timeouts()
         self._clients: dict[Endpoint, paramiko.SSHClient] = {}
+        self._opened: dict[Endpoint, float] = {}  # monotonic time each pooled connection was opened
+        # Connections past their age, closed once whatever still uses them has had its command timeout to finish.
+        self._retired: list[tuple[float, paramiko.SSHClient]] = []
         self._homes: dict[Endpoint, str] = {}
         self._lock = threading.Lock()
         self._endpoint_locks: dict[Endpoint, threading.Lock] = {}
@@ -158,15 +167,30 @@ class Pool:
         with self._lock:
             lock = self._endpoint_locks.setdefault(endpoint, threading.Lock())
         with lock:
+            self._close_retired()
             client = self._clients.get(endpoint)
             transport = client.get_transport() if client else None
             if client and transport and transport.is_active():
-                return client
-            if client:
+                age = time.monotonic() - self._opened.get(endpoint, 0.0)
+                if not self.timeouts.max_age or age < self.timeouts.max_age:
+                    return client
+                with self._lock:  # too old: another thread may still be reading from it
+                    self._retired.append((time.monotonic() + self.timeouts.command + 5, client))
+                    self._homes.pop(endpoint, None)
+            elif client:
                 client.close()
             client = self._connect(endpoint, pkey)
             self._clients[endpoint] = client
+            self._opened[endpoint] = time.monotonic()
             return client
+
+    def _close_retired(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            done = [c for deadline, c in self._retired if deadline <= now]
+            self._retired = [(deadline, c) for deadline, c in self._retired if deadline > now]
+        for client in done:
+            client.close()
 
     def _connect(self, endpoint: Endpoint, pkey: paramiko.PKey) -> paramiko.SSHClient:
         t = self.timeouts
@@ -228,15 +252,16 @@ class Pool:
     def discard(self, endpoint: Endpoint) -> None:
         with self._lock:
             client = self._clients.pop(endpoint, None)
+            self._opened.pop(endpoint, None)
             self._homes.pop(endpoint, None)
         if client:
             client.close()
 
     def close_all(self) -> None:
         with self._lock:
-            clients, self._clients = self._clients, {}
-            self._homes = {}
-        for client in clients.values():
+            clients, self._clients = [*self._clients.values(), *(c for _, c in self._retired)], {}
+            self._retired, self._homes = [], {}
+        for client in clients:
             client.close()
 
     # --- commands and files -----------------------------------------------------------------

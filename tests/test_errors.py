@@ -29,6 +29,10 @@ def test_format_suffix_routes_are_not_found_never_a_server_error(api: APIClient,
     ]  # fmt: skip
     answers = {url: api.get(url).status_code for url in urls}
     assert answers == dict.fromkeys(urls, 404)
+    for url in (*urls, "/api/v1/campaigns/0.5/", "/api/v1/no-such-thing/"):
+        response = api.get(url)
+        assert response["Content-Type"] == "application/json" and set(response.json()) == {"message", "extra"}, url
+    assert "text/html" in api.get("/campaigns/0.5/")["Content-Type"]
     assert api.get(f"/api/v1/campaigns/{campaign.pk}/", HTTP_ACCEPT="application/json").status_code == 200
 
 

@@ -70,3 +70,16 @@ def test_the_rates_come_from_the_environment_and_a_bad_one_stops_the_process(tmp
     assert run(RACKBENCH_API_RATE="50/hour", RACKBENCH_LOGIN_FAILURES="3").stdout.split() == ["50/hour", "3"]
     bad = run(RACKBENCH_API_RATE="lots")
     assert bad.returncode != 0 and "RACKBENCH_API_RATE" in bad.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_ci_client_waits_out_a_429_and_goes_on(live_server: Any, member: Any, team: Any, settings: Any) -> None:
+    from clients import rackbench_ci as ci
+
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK,
+                               "DEFAULT_THROTTLE_RATES": {"user": "3/s", "anon": "3/s"}}  # fmt: skip
+    notes: list[str] = []
+    api = ci.Api(live_server.url, token_create(user=member, team=team, name="ci").secret, note=notes.append)
+    answers = [api.call("GET", "/api/v1/presets/") for _ in range(8)]
+    assert all(isinstance(a, list) and a for a in answers)
+    assert any("429" in n for n in notes), notes

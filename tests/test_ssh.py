@@ -190,3 +190,32 @@ def test_mpirun_reaches_every_lab_node_over_its_sshd(targets: list[remote.Target
     lines = sorted(result.stdout.split("\n")[:-1])
     port = hosts[0].ssh_port
     assert lines == [f"rank {r} via {hosts[r // 2].address}:{port}" for r in range(4)]
+
+
+def test_a_pooled_connection_past_its_age_is_reopened_and_its_host_key_checked_again(lab: dict[str, Any]) -> None:
+    lab1, lab2 = lab["nodes"]["lab1"], lab["nodes"]["lab2"]
+    target = remote.node_target(lab1)
+    pool = ssh.Pool(remote.DatabaseHostKeys(), ssh.Timeouts(connect=3, command=5, max_age=1.0))
+    try:
+        pool.run(target.endpoint, target.pkey, "true")
+        first = pool.client(target.endpoint, target.pkey)
+        # The node's key changes (reinstalled, or someone in the middle): as rackbench sees it, the pinned key and
+        # the one the node offers now differ.
+        other = HostKey.objects.get(address=lab2.address, port=lab2.ssh_port)
+        HostKey.objects.filter(address=lab1.address, port=lab1.ssh_port).update(key_base64=other.key_base64)
+        assert pool.run(target.endpoint, target.pkey, "true").exit_code == 0  # still young: reused
+        assert pool.client(target.endpoint, target.pkey) is first
+        time.sleep(1.2)
+        with pytest.raises(ssh.HostKeyMismatch, match="host key changed"):
+            pool.run(target.endpoint, target.pkey, "true")
+    finally:
+        pool.close_all()
+
+
+def test_the_pool_takes_its_connection_age_from_the_settings(settings: Any) -> None:
+    settings.RACKBENCH = {**settings.RACKBENCH, "SSH_MAX_AGE": 42.0}
+    remote.reset_pool()
+    try:
+        assert remote.pool().timeouts.max_age == 42.0
+    finally:
+        remote.reset_pool()

@@ -135,3 +135,26 @@ def test_the_migration_keeps_allowed_commands_and_takes_off_the_others_keeping_t
     record = StorageCommandChange.objects.get(storage=owned)
     assert (record.field, record.old, record.new) == ("flush_command", 'sh -c "id > owned.txt"', "")
     assert record.note.startswith("refused by the allow-list")
+
+
+@pytest.mark.django_db
+def test_the_admin_refuses_an_unknown_command_and_records_who_changed_one(django_user_model: Any) -> None:
+    from django.contrib import admin
+    from django.test import RequestFactory
+
+    root = django_user_model.objects.create_superuser("root")
+    request = RequestFactory().post("/admin/")
+    request.user = root
+    model_admin = admin.site._registry[StorageSystem]
+    storage = storage_upsert(name="nas")
+    fields = {"name": "nas", "kind": "nfs", "admin_port": 22, "stats_interval_s": 5, "node_count": 1,
+              "data_addresses": "[]"}  # fmt: skip
+    form_class = model_admin.get_form(request, storage, change=True)
+    bad = form_class(data={**fields, "flush_command": "sh -c id"}, instance=storage)
+    assert not bad.is_valid() and "flush_command" in bad.errors
+    good = form_class(data={**fields, "flush_command": "sync"}, instance=storage)
+    assert good.is_valid(), good.errors
+    model_admin.save_model(request, good.save(commit=False), good, change=True)
+    change = StorageCommandChange.objects.get(storage=storage)
+    assert (change.field, change.old, change.new, change.changed_by, change.note) == ("flush_command", "", "sync",
+                                                                                       root, "admin")  # fmt: skip

@@ -115,3 +115,30 @@ def test_another_teams_node_tag_is_as_unknown_as_a_missing_one(team: Any, outsid
             campaign_apply(data={**SPEC, "nodes": [], "node_tags": [tag]}, owner=outsider, team=red)
         answers.append(str(caught.value).replace(tag, "TAG"))
     assert answers[0] == answers[1]
+
+
+@pytest.mark.django_db
+def test_only_staff_set_or_retire_the_baseline_of_a_shared_campaign(
+    owner: Any, team: Any, django_user_model: Any, shared_node: Any
+) -> None:
+    from django.utils import timezone
+
+    from campaigns import baselines
+    from campaigns.models import Baseline, Result, RunStatus
+    from campaigns.services import campaign_finish, campaign_launch
+
+    shared = campaign_launch(campaign=campaign_apply(data=SPEC))
+    for run in shared.runs.all():
+        Result.objects.create(run=run, name="bw_bytes", value=1.0, unit="B/s")
+    shared.runs.update(status=RunStatus.SUCCEEDED, finished_at=timezone.now())
+    campaign_finish(campaign=shared)
+    api = APIClient()
+    api.force_login(owner)
+    refused = api.post("/api/v1/baselines/", {"campaign": shared.pk}, format="json")
+    assert refused.status_code == 403 and not Baseline.objects.exists()
+    baseline = baselines.baseline_set(campaign=shared)
+    assert api.delete(f"/api/v1/baselines/{baseline.pk}/").status_code == 403
+    assert Baseline.objects.get(pk=baseline.pk).active
+    root = APIClient()
+    root.force_login(django_user_model.objects.create_superuser("root"))
+    assert root.delete(f"/api/v1/baselines/{baseline.pk}/").status_code == 204
