@@ -36,6 +36,8 @@ def change_of(change: dict[str, Any] | None, cell: dict[str, Any] | None, base: 
     pct = change["change_pct"]
     amount = f"{pct:+.1f}%" if pct is not None else "from zero"
     outcome = change["outcome"]
+    if str(change["reason"]).startswith("not comparable"):
+        return Change("change-none", f"{amount}: not comparable", change["reason"])
     if outcome == verdicts.REGRESSION:
         return Change("change-worse", f"{amount} worse", change["reason"])
     if outcome == verdicts.IMPROVEMENT:

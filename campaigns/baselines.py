@@ -22,7 +22,7 @@ from django.db import transaction
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
-from campaigns import dispatch, verdicts
+from campaigns import comparability, dispatch, verdicts
 from campaigns.models import (
     Baseline,
     Campaign,
@@ -227,6 +227,12 @@ def verdict_compute(
             {"point": ref.point, "params": ref.params, "metric": key.metric, "unit": ref.unit,
              "higher_is_better": better_up, **dataclasses.asdict(judgement)}
         )  # fmt: skip
+    differences = comparability.differences(baseline_campaign, campaign)
+    if differences:  # across different configurations no change means what it seems to: inconclusive, and why
+        reason = "not comparable, the configurations differ: " + "; ".join(differences)
+        for item in items:
+            item.update(judged_outcome=item["outcome"], outcome=verdicts.INCONCLUSIVE, differences=differences,
+                        reason=f"{reason} (the numbers alone: {item['reason']})")  # fmt: skip
     counts = {o: sum(1 for i in items if i["outcome"] == o) for o in VerdictOutcome.values}
     return Verdict.objects.create(
         campaign=campaign,

@@ -215,7 +215,7 @@ def compare(*, sets: list[tuple[str, Campaign, list[int] | None]], policy: Any =
     Every change is judged like a verdict (campaigns.verdicts), so a change within the spread of the
     repetitions reads "no significant change" instead of a win or a loss.
     """
-    from campaigns import baselines, verdicts
+    from campaigns import baselines, comparability, verdicts
 
     policy = policy or verdicts.Policy()
     by_point = all(runs is None for _, _, runs in sets)
@@ -234,6 +234,11 @@ def compare(*, sets: list[tuple[str, Campaign, list[int] | None]], policy: Any =
             else:
                 table[cell] = baselines.Series(series.point, series.params, series.unit, list(series.values))
         tables.append(table)
+    first = sets[0][1]
+    configs = comparability.configurations(list({c.pk: c for _, c, _ in sets}.values()))
+    for column, (_, campaign, _) in zip(columns, sets, strict=True):
+        # what differs from the reference's configuration: a change across different configurations is no verdict
+        column["differences"] = comparability.between(configs[first.pk], configs[campaign.pk])
     rows = []
     reference = tables[0]
     for row in sorted({k for t in tables for k in t}):
@@ -252,8 +257,11 @@ def compare(*, sets: list[tuple[str, Campaign, list[int] | None]], policy: Any =
                 baseline=base.values if base else [], candidate=found.values if found else [],
                 higher_is_better=better_up, policy=policy, metric=row[1], unit=first.unit,
             )  # fmt: skip
-            changes.append({"change_pct": j.change_pct, "outcome": j.outcome, "p_value": j.p_value,
-                            "reason": j.reason})  # fmt: skip
+            change = {"change_pct": j.change_pct, "outcome": j.outcome, "p_value": j.p_value, "reason": j.reason}
+            if columns[i]["differences"]:
+                change.update(outcome=verdicts.INCONCLUSIVE, reason="not comparable, the configurations differ: "
+                              + "; ".join(columns[i]["differences"]))  # fmt: skip
+            changes.append(change)
         rows.append({"params": first.params if by_point else {}, "metric": row[1], "unit": first.unit,
                      "higher_is_better": better_up, "values": cells, "changes": changes})  # fmt: skip
     return {"by_point": by_point, "policy": {"threshold_pct": policy.threshold_pct, "alpha": policy.alpha},

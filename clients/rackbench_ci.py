@@ -503,6 +503,11 @@ def _campaign_line(t: Tracked) -> str:
     baseline = t.verdict.get("baseline_campaign")
     if isinstance(baseline, dict):
         line += f" against {baseline.get('name')} (#{baseline.get('id')})"
+    differences: list[Any] = next(
+        (i["differences"] for i in _items(t.verdict) if isinstance(i.get("differences"), list)), []
+    )
+    if differences:  # the server judged nothing across different configurations: say what differs
+        line += "; not comparable: " + "; ".join(str(d) for d in differences)
     return line
 
 

@@ -669,3 +669,11 @@ def test_it_runs_as_a_management_command_with_the_clients_exit_code(
 
     assert exited.value.code == 1
     assert "overall: regression (exit 1)" in capsys.readouterr().out
+
+
+def test_it_says_what_differs_when_the_baseline_is_another_configuration() -> None:
+    item = {**READ_1M, "outcome": "inconclusive", "judged_outcome": "regression",
+            "differences": ["fixed bs: 128k (baseline) vs 4k"]}  # fmt: skip
+    lines = ci.summary_lines([judged(verdict(item))], Policy(), URL)
+    assert any(line.startswith("fio-nvme-ci: inconclusive") and "not comparable: fixed bs: 128k (baseline) vs 4k"
+               in line for line in lines)  # fmt: skip

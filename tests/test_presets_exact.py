@@ -4,6 +4,8 @@ paper's, the difference is listed here with its reason; nothing else may differ.
 
 from __future__ import annotations
 
+import json
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -171,3 +173,30 @@ def test_the_fio_preset_writes_the_papers_job_file(dgx: None, number: str, slug:
     argv = shlex.split(primary["command"].split(" && ", 1)[1])
     assert sum(a.startswith("--client=") for a in argv) == nodes
     assert all(h["service"].endswith("fio --server=ip:" + h["address"] + ",8765") for h in point["hosts"])
+
+
+def paper_iperf_options(number: str) -> list[list[str]]:
+    """Each client_opts="..." line of the paper's iPerf appendix, as tokens."""
+    return [shlex.split(m) for m in re.findall(r'client_opts="([^"]*)"', seed_text(number))]
+
+
+IPERF_SPELLINGS = {"--len": "-l", "--parallel": "-P", "--time": "-t"}  # iperf reads the long and short forms alike
+
+
+@needs_seeds
+def test_the_seed001_iperf_preset_passes_the_papers_client_options(dgx: None) -> None:
+    """Appendix D.1: client_opts="-t 60 --len 65536 --parallel 32" (read) and "... --parallel 16" (write); figures
+    4-7 vary the streams from 1 to 32. rackbench adds only what running many flows at once needs: -p (a port per
+    flow), -B (the host's own address) and -f b (unrounded bits/s, which it reads)."""
+    (campaign,) = services.preset_instantiate(slug="seed001-iperf", name="iperf001", node_tags=["gce"])
+    preview = selectors.campaign_preview(campaign=campaign, max_points=1000)
+    for options in paper_iperf_options("001"):
+        wanted = [IPERF_SPELLINGS.get(t, t) for t in options]
+        streams = int(wanted[wanted.index("-P") + 1])
+        point = next(p for p in preview["shown"] if p["params"]["parallel"] == streams and p["params"]["nodes"] == 2)
+        plan = json.loads(point["hosts"][0]["files"]["clients.json"])
+        argv = plan["clients"][0]["argv"]
+        ours = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i] in ("-t", "-l", "-P")}
+        assert ours == dict(zip(wanted[::2], wanted[1::2], strict=True)), (options, argv)
+        extra = [a for a in argv[3:] if a.startswith("-") and a not in ours]
+        assert extra == ["-p", "-B", "-f"]  # rackbench's own, listed above
