@@ -215,6 +215,7 @@ class Tracked:
     started: float = 0.0  # time.monotonic() at launch
     ended: float = 0.0
     progress: str = ""
+    fleet: dict[str, Any] | None = None  # the node-level verdict (GET .../fleet/), with --fleet-threshold
 
     @property
     def name(self) -> str:
@@ -242,6 +243,7 @@ class Policy:
     alpha: float | None = None
     fail_on_inconclusive: bool = False
     require_baseline: bool = False
+    fleet_threshold: float | None = None  # judge every node against the fleet too; an outlier node fails (exit 1)
 
     def verdict_request(self) -> dict[str, Any]:
         """The body of ``POST .../verdict/``: only the options given, the server's policy fills in the rest."""
@@ -328,6 +330,8 @@ def step(api: Api, t: Tracked, policy: Policy, console: Console) -> None:
     status = t.campaign.get("status")
     if status == "succeeded":
         _verdict(api, t, policy)
+        if policy.fleet_threshold is not None:
+            _fleet(api, t, policy.fleet_threshold)
     elif status in CAMPAIGN_TERMINAL:
         t.fail(f"campaign {status}: {_runs(t.campaign)}", f"campaign-{status}")
 
@@ -355,6 +359,22 @@ def _verdict(api: Api, t: Tracked, policy: Policy) -> None:
             raise
     t.verdict = _verdict_json(verdict, path)
     t.finish()
+
+
+def _fleet(api: Api, t: Tracked, threshold: float) -> None:
+    """The node-level verdict: every node against the campaign's fleet, outliers named with their evidence."""
+    path = f"/api/v1/campaigns/{t.campaign['id']}/fleet/?threshold={threshold:g}"
+    data = api.call("GET", path)
+    if not isinstance(data, dict) or not isinstance(data.get("outliers"), list):
+        raise CiError(f"{path}: the answer is not a fleet view: {_excerpt(json.dumps(data).encode())}")
+    t.fleet = data
+
+
+def _outliers(t: Tracked) -> list[dict[str, Any]]:
+    nodes = t.fleet.get("nodes") if t.fleet else None
+    return (
+        [n for n in nodes if isinstance(n, dict) and n.get("verdict") == "outlier"] if isinstance(nodes, list) else []
+    )
 
 
 def _verdict_json(data: Any, where: str) -> dict[str, Any]:
@@ -414,9 +434,13 @@ def campaign_outcome(t: Tracked) -> str:
     """``error``, ``no baseline``, or the worst of the verdict's outcome and its items' outcomes."""
     if t.error:
         return "error"
+    if t.verdict is None and _outliers(t):
+        return "regression"
     if t.verdict is None:
         return "no baseline" if t.no_baseline is not None else "error"
     outcomes = [str(t.verdict.get("outcome"))] + [str(i.get("outcome")) for i in _items(t.verdict)]
+    if _outliers(t):
+        outcomes.append("regression")  # a node below its fleet fails the campaign as a regression would
     return max(outcomes, key=lambda o: OUTCOME_RANK.get(o, -1))
 
 
@@ -492,7 +516,7 @@ def _campaign_line(t: Tracked) -> str:
     if t.error:
         return f"error: {t.error}"
     if t.verdict is None:
-        return f"no baseline: {t.no_baseline}"
+        return f"no baseline: {t.no_baseline}" + _fleet_text(t)
     counts = t.verdict.get("counts")
     if not isinstance(counts, dict):
         counts = {}
@@ -508,7 +532,25 @@ def _campaign_line(t: Tracked) -> str:
     )
     if differences:  # the server judged nothing across different configurations: say what differs
         line += "; not comparable: " + "; ".join(str(d) for d in differences)
-    return line
+    return line + _fleet_text(t)
+
+
+def _fleet_text(t: Tracked) -> str:
+    """The node-level verdict after the campaign's: each outlier node with its worst evidence."""
+    if t.fleet is None:
+        return ""
+    found = []
+    for node in _outliers(t):
+        evidence = node.get("evidence") if isinstance(node.get("evidence"), list) else []
+        worst = evidence[0] if evidence and isinstance(evidence[0], dict) else {}
+        value, median = worst.get("value"), worst.get("fleet_median")
+        share = f" at {value / median:.0%} of the fleet" if isinstance(value, (int, float)) and median else ""
+        found.append(f"{node.get('node')} ({worst.get('metric', '?')}{share})")
+    return (
+        f"; nodes: {len(found)} outlier{'s' if len(found) != 1 else ''}: {', '.join(found)}"
+        if found
+        else ("; nodes: none below the fleet")
+    )
 
 
 def ui_link(base_url: str, t: Tracked) -> str:
@@ -754,6 +796,13 @@ def build_parser(env: Mapping[str, str], prog: str) -> argparse.ArgumentParser:
     judge.add_argument("--alpha", type=_probability, metavar="A", help="significance level of the test")
     judge.add_argument("--fail-on-inconclusive", action="store_true", help="inconclusive items fail (exit 1)")
     judge.add_argument("--require-baseline", action="store_true", help="no baseline is an error (exit 2)")
+    judge.add_argument(
+        "--fleet-threshold",
+        type=_positive,
+        metavar="SCORE",
+        help="also judge every node against the campaign's fleet (robust score, e.g. 3.5): an outlier node fails "
+        "(exit 1)",
+    )
     output = run.add_argument_group("output and pacing")
     output.add_argument("--junit", metavar="PATH", help="write a JUnit XML report there")
     output.add_argument("--quiet", action="store_true", help="no progress; only errors and the final lines")
@@ -807,7 +856,14 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     console = Console(quiet=args.quiet)
     url = base_url(args.url)
     api = Api(url, args.token, insecure=args.insecure, note=console.note)
-    policy = Policy(args.baseline, args.threshold, args.alpha, args.fail_on_inconclusive, args.require_baseline)
+    policy = Policy(
+        args.baseline,
+        args.threshold,
+        args.alpha,
+        args.fail_on_inconclusive,
+        args.require_baseline,
+        args.fleet_threshold,
+    )
     try:
         tracked = [Tracked(c) for c in create_campaigns(api, args)]
     except CiError as exc:

@@ -677,3 +677,64 @@ def test_it_says_what_differs_when_the_baseline_is_another_configuration() -> No
     lines = ci.summary_lines([judged(verdict(item))], Policy(), URL)
     assert any(line.startswith("fio-nvme-ci: inconclusive") and "not comparable: fixed bs: 128k (baseline) vs 4k"
                in line for line in lines)  # fmt: skip
+
+
+def fleet(*outliers: tuple[str, float]) -> dict[str, Any]:
+    """A fleet answer in the API's shape (analysis.fleet.fleet_payload): lab1..lab4, the given ones outliers."""
+    bad = dict(outliers)
+    return {
+        "threshold": 3.5,
+        "outliers": list(bad),
+        "nodes": [
+            {
+                "node": f"lab{i}",
+                "verdict": "outlier" if f"lab{i}" in bad else "ok",
+                "evidence": [
+                    {
+                        "point": 0,
+                        "metric": "throughput_bps",
+                        "labels": "direction=send",
+                        "parameters": "parallel=1",
+                        "unit": "bit/s",
+                        "value": 9.4e8 * bad[f"lab{i}"],
+                        "fleet_median": 9.4e8,
+                        "score": -13.9,
+                        "samples": [2.8e8],
+                    }  # fmt: skip
+                ]
+                if f"lab{i}" in bad
+                else [],
+            }
+            for i in range(1, 5)
+        ],
+    }
+
+
+def test_it_gives_a_node_level_verdict_and_fails_on_an_outlier_node(
+    api: FakeApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.on("POST", "/api/v1/campaigns/", (201, campaign("draft")))
+    serve_campaign(api, campaign("succeeded", 12))
+    api.on("POST", "/api/v1/campaigns/7/verdict/", (201, verdict(READ_1M, RANDREAD_P99)))
+    api.on("GET", "/api/v1/campaigns/7/fleet/?threshold=3.5", (200, fleet(("lab3", 0.3))))
+
+    code = run(api, tmp_path, "--fleet-threshold", "3.5")
+
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "nodes: 1 outlier: lab3 (throughput_bps at 30% of the fleet)" in out
+    assert out.rstrip().endswith("overall: regression (exit 1)")
+
+
+def test_a_healthy_fleet_passes_and_without_the_option_the_fleet_is_not_asked(
+    api: FakeApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.on("POST", "/api/v1/campaigns/", (201, campaign("draft")))
+    serve_campaign(api, campaign("succeeded", 12))
+    api.on("POST", "/api/v1/campaigns/7/verdict/", (201, verdict(READ_1M, RANDREAD_P99)))
+    api.on("GET", "/api/v1/campaigns/7/fleet/?threshold=5", (200, fleet()))
+
+    assert run(api, tmp_path, "--fleet-threshold", "5") == 0
+    assert "nodes: none below the fleet" in capsys.readouterr().out
+    assert run(api, tmp_path) == 0
+    assert len([r for r in api.requests if "/fleet/" in r.path]) == 1

@@ -12,4 +12,5 @@ from plugins.benchmarks import (
     pytorch_resnet,  # noqa: F401
     storage_read,  # noqa: F401
     tf_cnn,  # noqa: F401
+    torch_dist,  # noqa: F401
 )
