@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from common import numbers
 from telemetry import codec
 from telemetry.models import DETAIL_SERIES, Series
 from telemetry.selectors import SeriesWindow, bucketed, series_window
@@ -32,6 +33,13 @@ class Chart:
     def label(self) -> str:
         labels = ",".join(f"{k}={v}" for k, v in sorted(self.series.labels.items()))
         return f"{self.series.name}{{{labels}}}" if labels else self.series.name
+
+    @property
+    def range_text(self) -> str:
+        """'0 B/s – 9.41 Gbit/s': the window's lowest and highest value, network byte rates in bits."""
+        network = numbers.is_network(self.series.name)
+        low, high = (numbers.quantity(v, self.window.unit, network=network) for v in (self.low, self.high))
+        return f"{low} – {high}"
 
 
 def chart(series: Series, *, start_ns: int, end_ns: int) -> Chart:

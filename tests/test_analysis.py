@@ -97,7 +97,7 @@ def test_it_flags_a_real_regression_and_an_improvement_and_calls_noise_no_signif
     iops = cells(page, "iops")
     assert "change-none" in iops and "+13.3%: no significant change" in iops
     assert "within the spread of the repetitions" in iops  # the reason, as the cell's tooltip
-    assert '100 <span class="muted small">± 1, n=3' in bw
+    assert '>100 B/s</span> <span class="muted small">± <span class="qty" title="1 B/s">1.00 B/s</span>, n=3' in bw
 
 
 @pytest.mark.django_db
