@@ -153,6 +153,10 @@ SPECTACULAR_SETTINGS = {
 _queue_dir = DATA_DIR / "queue"
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
+    if (
+        CELERY_BROKER_URL == "filesystem://"
+    ):  # the queue has no host; naming one spares kombu's warning on every connect
+        CELERY_BROKER_URL = "filesystem://localhost/"
     for sub in ("in", "processed", "control"):
         (_queue_dir / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
