@@ -134,6 +134,7 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 100,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PARSER_CLASSES": ["api.parsers.StrictJSONParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "api.negotiation.Negotiation",  # names a format it does not offer
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
 }
