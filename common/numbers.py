@@ -113,6 +113,8 @@ def _prefixed(base: float, prefixes: tuple[tuple[float, str], ...], suffix: str)
 
 
 def _time(seconds: float) -> tuple[str, str]:
+    if seconds == 0:
+        return "0", "s"
     size = abs(seconds)
     for i, (floor, unit, per) in enumerate(_TIME):
         if size >= floor:

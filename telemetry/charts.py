@@ -113,11 +113,23 @@ def run_charts(series: list[Series], t0: str | None, t1: str | None) -> dict[str
     drawn = [s for s in series if s.name not in DETAIL_SERIES]
     first, start, end = run_window(drawn or series, _seconds(t0), _seconds(t1))
     by_host: dict[str, list[Chart]] = {}
+    idle: list[Chart] = []  # zero throughout the window (an unused NIC): named, not drawn
     for s in drawn:
-        by_host.setdefault(s.host, []).append(chart(s, start_ns=start, end_ns=end))
+        c = chart(s, start_ns=start, end_ns=end)
+        if c.low == c.high == 0:
+            idle.append(c)
+        else:
+            by_host.setdefault(s.host, []).append(c)
     last = max(s.last_ns or first for s in series)
     return {
         "hosts": list(by_host.items()), "hidden": len(series) - len(drawn), "width": WIDTH, "height": HEIGHT,
         "t0": (start - first) / 1e9, "t1": (end - first) / 1e9, "duration": (last - first) / 1e9,
-        "zoomed": (start, end) != (first, last),
+        "zoomed": (start, end) != (first, last), "idle": idle,
+        "time_ticks": time_ticks((start - first) / 1e9, (end - first) / 1e9),
     }  # fmt: skip
+
+
+def time_ticks(t0: float, t1: float, count: int = 5) -> list[tuple[float, str]]:
+    """(percent of the chart's width, seconds since the run's first sample) for the time axis under each chart."""
+    span = max(t1 - t0, 1e-9)
+    return [(100 * i / (count - 1), numbers.quantity(t0 + span * i / (count - 1), "s")) for i in range(count)]

@@ -54,6 +54,7 @@ from inventory.services import node_upsert
         (4_000_000_000, "kB", False, "4.00 TB"),
         # time: ns, µs, ms, s, then minutes and hours
         (0.5, "ns", False, "0.500 ns"),
+        (0, "ns", False, "0 s"),
         (850, "ns", False, "850 ns"),
         (85.3, "us", False, "85.3 µs"),
         (999.7, "us", False, "1.00 ms"),

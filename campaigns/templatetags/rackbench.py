@@ -69,6 +69,15 @@ def measure(result: Any) -> SafeString:
 
 
 @register.filter
+def measure_of(result: Any, series: str) -> SafeString:
+    """measure of a telemetry summary Result, network byte rates in bits by its series' name; "—" for none."""
+    if result is None or result == "":
+        return format_html("{}", numbers.DASH)
+    text = numbers.quantity(result.value, result.unit, network=numbers.is_network(series))
+    return format_html('<span class="qty" title="{}">{}</span>', numbers.raw(result.value, result.unit), text)
+
+
+@register.filter
 def qty_text(value: Any, unit: str = "") -> str:
     """qty as plain text, for attributes and option labels."""
     return numbers.quantity(value, unit or "")
