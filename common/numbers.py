@@ -20,6 +20,7 @@ the charts use the same functions.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 DASH = "—"
@@ -235,3 +236,28 @@ def axis(values: list[float] | tuple[float, ...], unit: str, *, network: bool = 
 def tick(value: float, divisor: float) -> str:
     """An axis tick scaled by ``axis``'s divisor: 3 significant digits, no exponent."""
     return significant(value / divisor) if value else "0"
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECASE)
+_SIZE_FACTOR = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
+
+
+def sort_key(value: Any) -> tuple[int, Any]:
+    """Order parameter values as a reader expects: numbers and sizes by magnitude (1, 4, 16; 4k, 64k, 1m), then
+    text with its digit runs compared as numbers ("rank2" before "rank10"), then anything else."""
+    if isinstance(value, bool):
+        return (2, str(value))
+    if isinstance(value, int | float):
+        return (0, float(value))
+    if isinstance(value, str):
+        match = _SIZE.match(value)
+        if match:
+            return (0, float(match.group(1)) * _SIZE_FACTOR[match.group(2).lower()])
+        parts = re.split(r"(\d+)", value)
+        return (1, tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts if p))
+    return (2, str(value))
+
+
+def params_sort_key(params: dict[str, Any]) -> tuple[Any, ...]:
+    """A matrix point's parameters in key order, each by ``sort_key``."""
+    return tuple((key, sort_key(params[key])) for key in sorted(params))

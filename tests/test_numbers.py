@@ -210,3 +210,11 @@ def test_campaign_show_prints_readable_numbers(measured: Campaign) -> None:
     text = out.getvalue()
     assert "2.14 GB/s" in text and "7.71 ms" in text
     assert "e+09" not in text and "2.14259e" not in text
+
+
+def test_parameter_values_sort_as_numbers_and_sizes() -> None:
+    assert sorted([16, 1, 4], key=numbers.sort_key) == [1, 4, 16]
+    assert sorted(["1m", "4k", "64k", "16k"], key=numbers.sort_key) == ["4k", "16k", "64k", "1m"]
+    assert sorted(["rank10", "rank2", "rank1"], key=numbers.sort_key) == ["rank1", "rank2", "rank10"]
+    points = [{"numjobs": 16, "rw": "read"}, {"numjobs": 1, "rw": "read"}, {"numjobs": 4, "rw": "read"}]
+    assert [p["numjobs"] for p in sorted(points, key=numbers.params_sort_key)] == [1, 4, 16]
