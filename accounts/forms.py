@@ -18,4 +18,9 @@ class TokenForm(forms.Form):
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["team"].queryset = user_teams(user=user)  # type: ignore[attr-defined]
+        teams = user_teams(user=user)
+        team = self.fields["team"]
+        team.queryset = teams  # type: ignore[attr-defined]
+        if len(teams) == 1:  # the only choice is chosen: no "---------" to pick first
+            team.empty_label = None  # type: ignore[attr-defined]
+            team.initial = teams[0].pk

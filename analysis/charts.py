@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from django.utils.html import escape
 
+from common import numbers
 from telemetry.charts import band_points, minmax_buckets
 
 WIDTH, HEIGHT = 800, 340
@@ -51,9 +52,19 @@ class Figure:
     x_log: bool = False
     x_unit: str = ""  # "B": ticks on powers of two, labelled in KiB/MiB/GiB
     references: list[tuple[str, float]] = field(default_factory=list)  # horizontal lines
+    y_unit: str = ""  # the stored unit of the y values: ticks, tooltips and the axis title read in its family
+    y_divisor: float = field(default=1.0, init=False)  # stored y / y_divisor = the number a tick shows
+    y_title: str = field(default="", init=False)  # y_label and the unit the ticks are in
 
     def __post_init__(self) -> None:
         self.lines = [_downsampled(line, self.x_log) for line in self.lines]
+        values = [y for line in self.lines for y in line.y] + [y for _, y in self.references]
+        self.y_divisor, shown = numbers.axis(values, self.y_unit)
+        self.y_title = f"{self.y_label} ({shown})" if shown else self.y_label
+
+    def y_text(self, value: float) -> str:
+        """A y value for a tooltip, in the best prefix of its own (common.numbers)."""
+        return numbers.quantity(value, self.y_unit) if self.y_unit else format_number(value)
 
     @property
     def empty(self) -> bool:
@@ -85,7 +96,8 @@ class Figure:
                 entry.update(band=line.banded, low=aligned(line, line.low), high=aligned(line, line.high))
             series.append(entry)
         return {
-            "title": self.title, "x_label": self.x_label, "y_label": self.y_label, "x_log": self.x_log,
+            "title": self.title, "x_label": self.x_label, "y_label": self.y_title, "x_log": self.x_log,
+            "y_divisor": self.y_divisor,
             "x_unit": self.x_unit, "data": [list(xs), *(aligned(line, line.y) for line in self.lines)],
             "series": series, "references": [{"label": label, "y": y} for label, y in self.references],
         }  # fmt: skip
@@ -205,7 +217,7 @@ def svg(fig: Figure, *, standalone: bool = False) -> str:
         py = sy(t)
         parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{py:.1f}" y2="{py:.1f}" stroke="#e9ecf0"/>')
         parts.append(f'<text x="{LEFT - 6}" y="{py + 4:.1f}" text-anchor="end" class="tick">'
-                     f"{escape(format_number(t))}</text>")  # fmt: skip
+                     f"{escape(numbers.tick(t, fig.y_divisor))}</text>")  # fmt: skip
     x_ticks = log_ticks(x0, x1, binary=binary) if fig.x_log else nice_ticks(x0, x1, 8)
     for t in x_ticks:
         if not x0 <= t <= x1:
@@ -218,12 +230,12 @@ def svg(fig: Figure, *, standalone: bool = False) -> str:
     parts.append(f'<text x="{(LEFT + WIDTH - RIGHT) / 2}" y="{plot_bottom + 36}" text-anchor="middle" '
                  f'class="axis">{escape(axis)}</text>')  # fmt: skip
     parts.append(f'<text transform="translate(16 {(TOP + plot_bottom) / 2}) rotate(-90)" text-anchor="middle" '
-                 f'class="axis">{escape(fig.y_label)}</text>')  # fmt: skip
+                 f'class="axis">{escape(fig.y_title)}</text>')  # fmt: skip
     for label, value in fig.references:
         py = sy(value)
         parts.append(f'<line class="reference" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{py:.1f}" y2="{py:.1f}" '
                      f'stroke="#4b5563" stroke-width="1.5" stroke-dasharray="2 4"><title>{escape(label)}: '
-                     f"{escape(format_number(value))}</title></line>")  # fmt: skip
+                     f"{escape(fig.y_text(value))}</title></line>")  # fmt: skip
     for i, line in enumerate(fig.lines):
         parts.append(_line(line, sx, sy, colors[i], fig))
     for row, (label, i) in enumerate(legend):
@@ -274,7 +286,7 @@ def _line(line: Line, sx: _Scale, sy: _Scale, color: str, fig: Figure) -> str:
                 out.append(f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{sy(line.low[j]):.1f}" '
                            f'y2="{sy(line.high[j]):.1f}" stroke="{color}" stroke-width="1"/>')  # fmt: skip
             note = f" ({line.notes[j]})" if line.notes and line.notes[j] else ""
-            tip = f"{line.label}: {format_number(x, binary=binary)} → {format_number(y)}{note}"
+            tip = f"{line.label}: {format_number(x, binary=binary)} → {fig.y_text(y)}{note}"
             shape = "none" if line.dashed else color
             out.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" fill="{shape}" stroke="{color}">'
                        f"<title>{escape(tip)}</title></circle>")  # fmt: skip

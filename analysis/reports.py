@@ -200,12 +200,8 @@ def scaling_report(
         if len(scaled) > 1:
             lines.append(charts.Line(f"{series.label} · linear", [s.x for s in scaled], [s.ideal for s in scaled],
                                      dashed=True, color_of=index))  # fmt: skip
-    figure = charts.Figure(f"{metric} against {x_title(x)}", x_title(x), _with_unit(metric, unit), lines)
+    figure = charts.Figure(f"{metric} against {x_title(x)}", x_title(x), metric, lines, y_unit=unit)
     return figure, table, x
-
-
-def _with_unit(metric: str, unit: str) -> str:
-    return f"{metric} ({unit})" if unit else metric
 
 
 # --- sweeps -------------------------------------------------------------------------------------------------------
@@ -230,8 +226,8 @@ def sweep_report(
             table.rows.append([s.label, p.host or "aggregate", x_, p.mean, p.stdev, p.n, p.unit])
         low, high = _error_bars(s.points)
         lines.append(charts.Line(s.label, s.xs, [p.mean for p in s.points], low, high, [f"n={p.n}" for p in s.points]))
-    figure = charts.Figure(f"{metric} against {x}", x, _with_unit(metric, unit), lines, x_log=x_log,
-                           x_unit="B" if is_size else "")  # fmt: skip
+    figure = charts.Figure(f"{metric} against {x}", x, metric, lines, x_log=x_log,
+                           x_unit="B" if is_size else "", y_unit=unit)  # fmt: skip
     return figure, table
 
 
@@ -360,7 +356,8 @@ def storage_report(
         references.append((f"rated read throughput of {inputs.storage.name}", rated))
     if measured and inputs.measured:
         references.append((f"measured by {inputs.measured.name} ({measured[1]})", measured[0]))
-    figure = charts.Figure("Storage throughput demanded", x_title(x), "MB/s", lines, references=references)
+    figure = charts.Figure("Storage throughput demanded", x_title(x), "throughput", lines, references=references,
+                           y_unit="MB/s")  # fmt: skip
 
     node_count = inputs.storage.node_count if inputs.storage else 1
     source = measured[0] if measured else rated

@@ -126,6 +126,14 @@ def compare_sets(*, request: HttpRequest, picks: list[Pick]) -> list[CompareSet]
         ):
             by_point.setdefault((cid, point), []).append(rid)
             params[(cid, point)] = p
+    for pick in picks:
+        if pick.kind == "point" and (pick.id, pick.point) not in by_point:
+            raise Http404(f"campaign {campaigns[pick.id].name} has no point {pick.point}")
+    # Points and runs are labelled by the parameters that differ between them (what the reader compares),
+    # not by every parameter, so the label stays short and shows what varies.
+    picked = [runs[p.id].params if p.kind == "run" else params[(p.id, p.point or 0)] for p in picks
+              if p.kind != "campaign"]  # fmt: skip
+    varying = differing_keys(picked)
     sets: list[CompareSet] = []
     for pick in picks:
         if pick.kind == "campaign":
@@ -133,16 +141,53 @@ def compare_sets(*, request: HttpRequest, picks: list[Pick]) -> list[CompareSet]
         elif pick.kind == "run":
             run = runs[pick.id]
             campaign = campaigns[run.campaign_id]
-            sets.append((f"{campaign.name} · run #{run.sequence} (point {run.point})", campaign, [run.pk]))
+            shown = _only(run.params, varying)[2:-1]
+            label = f"{campaign.name} · run #{run.sequence} (point {run.point}{', ' + shown if shown else ''})"
+            sets.append((label, campaign, [run.pk]))
         else:
             assert pick.point is not None
             key = (pick.id, pick.point)
             campaign = campaigns[pick.id]
-            if key not in by_point:
-                raise Http404(f"campaign {campaign.name} has no point {pick.point}")
-            sets.append((f"{campaign.name} · point {pick.point} ({describe_params(params[key])})", campaign,
+            sets.append((f"{campaign.name} · point {pick.point}{_only(params[key], varying)}", campaign,
                          by_point[key]))  # fmt: skip
     return sets
+
+
+def differing_keys(params: list[dict[str, Any]]) -> list[str]:
+    """The parameter names whose values are not the same in every one of ``params`` (missing counts as a value)."""
+    keys = list(dict.fromkeys(k for p in params for k in p))
+    return [k for k in keys if len({repr(p.get(k)) for p in params}) > 1]
+
+
+def _only(params: dict[str, Any], keys: list[str]) -> str:
+    shown = ", ".join(f"{k}={params[k]}" for k in keys if k in params)
+    return f" ({shown})" if shown else ""
+
+
+def set_differences(sets: list[CompareSet]) -> list[tuple[str, list[str]]]:
+    """What differs between the compared sets' configurations (kind, fixed parameters, environment, container,
+    storage, nodes, repetitions, and the points' own parameters): (name, one value per set), differing ones only."""
+    configs = []
+    ids_of = [i for _, _, ids in sets for i in ids or []]
+    run_params = dict(Run.objects.filter(pk__in=ids_of).values_list("pk", "params"))
+    campaign_ids = {c.pk for _, c, _ in sets}
+    nodes: dict[int, list[str]] = {}
+    for cid, name in Campaign.nodes.through.objects.filter(campaign_id__in=campaign_ids).values_list(
+        "campaign_id", "node__name"
+    ):
+        nodes.setdefault(cid, []).append(name)
+    storages = dict(StorageSystem.objects.filter(pk__in={c.storage_id for _, c, _ in sets}).values_list("pk", "name"))
+    for _, campaign, ids in sets:
+        config: dict[str, Any] = {"kind": campaign.kind, "repetitions": campaign.repetitions,
+                                  "storage": storages.get(campaign.storage_id or 0, "—"),
+                                  "nodes": ", ".join(sorted(nodes.get(campaign.pk, []))) or "—"}  # fmt: skip
+        config.update({f"fixed {k}": v for k, v in campaign.fixed.items()})
+        config.update({f"env {k}": v for k, v in campaign.env.items()})
+        config.update({f"container {k}": v for k, v in campaign.container.items()})
+        if ids:  # a point or a run: its own parameters too
+            config.update({f"param {k}": v for k, v in run_params.get(ids[0], {}).items()})
+        configs.append(config)
+    return [(key, ["—" if key not in c else str(c[key]) for c in configs]) for key in differing_keys(configs)]
 
 
 def describe_params(params: dict[str, Any]) -> str:

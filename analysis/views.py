@@ -89,6 +89,7 @@ def compare(request: HttpRequest) -> HttpResponse:
         result = campaign_selectors.compare(sets=sets, policy=policy)
         context["rows"], table = reports.compare_report(result)
         context["columns"] = result["columns"]
+        context["differences"] = selectors.set_differences(sets)
         tables.append(table)
     return _render(request, "analysis/compare.html", context, name="compare", tables=tables)
 

@@ -17,6 +17,7 @@ from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.permissions import BasePermission
+from rest_framework.renderers import BaseRenderer, BrowsableAPIRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -30,6 +31,7 @@ from api.errors import error
 from api.models import IdempotentRequest
 from api.pagination import StrictCursorPagination
 from api.permissions import InventoryChangePermission, inventory_check_create
+from api.renderers import CSVRenderer
 from campaigns import baselines, selectors, services
 from campaigns.models import Baseline, Campaign, CampaignStatus, Result, Run, Verdict
 from campaigns.presets import preset_get, preset_list
@@ -42,6 +44,18 @@ from telemetry.models import Series
 
 SERIES_POINTS = 2000  # a telemetry window's points by default: about a chart's width in pixels, twice
 SERIES_MAX_POINTS = 1_000_000
+
+
+# JSON (and the browsable API) plus CSV: the endpoints a pipeline exports from (``?format=csv``)
+EXPORTS: list[type[BaseRenderer]] = [JSONRenderer, BrowsableAPIRenderer, CSVRenderer]
+
+
+def verdict_rows(verdict: dict[str, Any]) -> list[dict[str, Any]]:
+    """A verdict as CSV rows: one per item (point and metric), led by the verdict it belongs to."""
+    head = {"verdict": verdict.get("id"), "campaign": verdict.get("campaign"),
+            "baseline_campaign": (verdict.get("baseline_campaign") or {}).get("id"),
+            "verdict_outcome": verdict.get("outcome")}  # fmt: skip
+    return [{**head, **item} for item in verdict.get("items") or []]
 
 
 class ScopedMixin:
@@ -313,7 +327,7 @@ class CampaignViewSet(ScopedMixin, IdempotentMixin, viewsets.ModelViewSet):
     @extend_schema(methods=["GET"], responses=serializers.VerdictSerializer)
     @extend_schema(methods=["POST"], request=serializers.VerdictRequestSerializer,
                    responses={201: serializers.VerdictSerializer})  # fmt: skip
-    @action(detail=True, methods=["get", "post"])
+    @action(detail=True, methods=["get", "post"], renderer_classes=EXPORTS)
     def verdict(self, request: Request, pk: str) -> Response:
         """GET: the latest verdict. POST: judge the finished campaign against its family's baseline (or
         ``baseline``, a campaign id) now, with the policy's options overridden for this verdict."""
@@ -369,6 +383,18 @@ class CampaignViewSet(ScopedMixin, IdempotentMixin, viewsets.ModelViewSet):
         )
         flows = analysis_selectors.campaign_link_flows(campaign=campaign, point=point)
         return Response(fleet.links_payload(fleet.link_matrix(flows, threshold=threshold)))
+
+    @extend_schema(responses={200: dict})
+    @action(detail=True, methods=["get"], renderer_classes=EXPORTS, pagination_class=None, filterset_class=None)
+    def statistics(self, request: Request, pk: str) -> Response:
+        """Per matrix point and aggregate metric: n, mean, median, stdev, min, max, cv over the succeeded
+        repetitions (the campaign page's Statistics table), values exact. ``?format=csv`` for a CSV."""
+        return Response(selectors.campaign_summary(campaign=self.get_object()))
+
+    def csv_rows(self, data: Any) -> list[dict[str, Any]]:
+        if self.action == "verdict":
+            return verdict_rows(data)
+        return data if isinstance(data, list) else [data]
 
 
 class RunViewSet(ScopedMixin, viewsets.ReadOnlyModelViewSet):
@@ -461,6 +487,7 @@ class ResultViewSet(ScopedMixin, viewsets.ReadOnlyModelViewSet):
     serializer_class = serializers.ResultSerializer
     filterset_class = filters.ResultFilter
     pagination_class = ResultCursor
+    renderer_classes = EXPORTS  # ?format=csv: one page (``limit`` up to 1000), ``next`` in the Link header
 
     def get_queryset(self) -> QuerySet[Result]:
         results = self.scope.filter(Result.objects.select_related("run"), "run__campaign__team")
@@ -507,6 +534,11 @@ class VerdictViewSet(ScopedMixin, viewsets.ReadOnlyModelViewSet):
 
     serializer_class = serializers.VerdictSerializer
     filterset_class = filters.VerdictFilter
+    renderer_classes = EXPORTS
+
+    def csv_rows(self, data: Any) -> list[dict[str, Any]]:
+        verdicts = data["results"] if isinstance(data, dict) and "results" in data else [data]
+        return [row for verdict in verdicts for row in verdict_rows(verdict)]
 
     def get_queryset(self) -> QuerySet[Verdict]:
         return self.scope.filter(Verdict.objects.select_related("baseline_campaign"), "campaign__team")
@@ -515,7 +547,19 @@ class VerdictViewSet(ScopedMixin, viewsets.ReadOnlyModelViewSet):
 class CompareView(ScopedMixin, APIView):
     """Side by side against the first: ``?campaigns=1,2``, ``?runs=10,11`` or ``?points=1:0,2:0``
     (campaign:point), mixed in any order (the /compare/ page's ``campaign=``, ``run=``, ``point=`` too). Each change
-    is judged against the spread of the repetitions (``threshold_pct``, ``alpha``)."""
+    is judged against the spread of the repetitions (``threshold_pct``, ``alpha``). ``?format=csv``: one row per
+    compared cell (metric, point and side)."""
+
+    renderer_classes = EXPORTS
+
+    def csv_rows(self, data: Any) -> list[dict[str, Any]]:
+        rows = []
+        for row in data["rows"]:
+            for column, value, change in zip(data["columns"], row["values"], row["changes"], strict=True):
+                rows.append({"params": row["params"], "metric": row["metric"], "unit": row["unit"],
+                             "side": column["label"], "campaign": column["campaign"], **(value or {}),
+                             **{k: v for k, v in (change or {}).items()}})  # fmt: skip
+        return rows
 
     @extend_schema(
         parameters=[OpenApiParameter(n, str, required=False) for n in ("campaigns", "runs", "points")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import defaultdict
 from datetime import datetime, timedelta
@@ -13,6 +14,7 @@ from campaigns import planning
 from campaigns.models import RUN_TERMINAL, Campaign, Result, Run, RunStatus
 from campaigns.plan import build_commands, display_command, host_context, run_host_infos
 from campaigns.verdicts import sample_stdev
+from common import numbers
 from plugins.benchmarks.base import ParamError, get_benchmark
 
 
@@ -186,6 +188,12 @@ def describe(values: list[float]) -> dict[str, float | int | None]:
     }
 
 
+def _compare_order(row: tuple[str, str]) -> tuple[Any, ...]:
+    """Compare rows by their point's parameters as numbers (1, 4, 16; 4k, 64k, 1m), then by metric."""
+    params = json.loads(row[0]) if row[0] else {}
+    return (numbers.params_sort_key(params), row[1])
+
+
 def campaign_summary(*, campaign: Campaign) -> list[dict[str, Any]]:
     """Per matrix point and aggregate metric: statistics over the succeeded repetitions (warm-ups excluded)."""
     measured = campaign.runs.filter(status=RunStatus.SUCCEEDED, is_warmup=False)
@@ -241,7 +249,7 @@ def compare(*, sets: list[tuple[str, Campaign, list[int] | None]], policy: Any =
         column["differences"] = comparability.between(configs[first.pk], configs[campaign.pk])
     rows = []
     reference = tables[0]
-    for row in sorted({k for t in tables for k in t}):
+    for row in sorted({k for t in tables for k in t}, key=_compare_order):
         present = [t.get(row) for t in tables]
         first = next(s for s in present if s is not None)
         better_up = baselines.higher_is_better(sets[0][1].kind, row[1], first.unit)

@@ -45,6 +45,7 @@ from typing import Any
 
 from scipy import stats as scipy_stats
 
+from common import numbers
 from common.errors import FieldError
 
 METHOD = "welch-t"
@@ -185,13 +186,9 @@ def _band(campaign_means: Sequence[float], alpha: float) -> _Band:
     return _Band(low=center - half, high=center + half, k=k)
 
 
-def _fmt(x: float) -> str:
-    """A number as an engineer writes it: four significant digits, no exponent for large values."""
-    return f"{x:.0f}" if abs(x) >= 1000 else f"{x:.4g}"
-
-
-def _with_unit(text: str, unit: str) -> str:
-    return f"{text} {unit}" if unit else text
+def _fmt(x: float, unit: str) -> str:
+    """A value as every page shows it (common.numbers): "2.14 GB/s", "7.71 ms"."""
+    return numbers.quantity(x, unit)
 
 
 def _repetitions(n: int) -> str:
@@ -201,9 +198,9 @@ def _repetitions(n: int) -> str:
 def _movement(name: str, unit: str, before: float, after: float, change: float | None, worse: bool) -> str:
     """The first half of every reason: which way the metric moved, by how much, and whether that is worse."""
     if before == after:
-        return f"{name} is unchanged at {_with_unit(_fmt(before), unit)}"
+        return f"{name} is unchanged at {_fmt(before, unit)}"
     verb = "rose" if after > before else "fell"
-    moved = f"{verb} from {_fmt(before)} to {_with_unit(_fmt(after), unit)}"
+    moved = f"{verb} from {_fmt(before, unit)} to {_fmt(after, unit)}"
     quality = "worse" if worse else "better"
     if change is None:
         return f"{name} is {quality}: it {moved} (no percentage against a zero baseline)"
@@ -230,7 +227,7 @@ def _welch_clause(p: float, alpha: float, exact: bool) -> str:
 
 def _history_clause(band: _Band, alpha: float, unit: str, beyond: bool) -> str:
     where = "outside" if beyond else "inside"
-    interval = f"{_fmt(band.low)}–{_with_unit(_fmt(band.high), unit)}"
+    interval = f"{_fmt(band.low, unit)} – {_fmt(band.high, unit)}"
     level = f"{(1 - alpha) * 100:g}%"
     return (
         f"the candidate mean is {where} the usual campaign-to-campaign range {interval} "

@@ -35,10 +35,11 @@ from campaigns.models import (
     Verdict,
 )
 from campaigns.presets import preset_list
+from campaigns.run_results import run_sections
 from campaigns.spec import SpecError, to_yaml
 from common.errors import ApplicationError
 from inventory.models import Node, NodeStatus, StorageSystem
-from plugins.benchmarks.base import ParamError
+from plugins.benchmarks.base import ParamError, get_benchmark
 
 TAIL_CHARS = 8_000  # of each host's stdout/stderr shown on the run page; the full log is a download
 FAILED = (RunStatus.FAILED, RunStatus.TIMED_OUT)
@@ -311,8 +312,14 @@ def campaign_rerun_failed(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(visible(selectors.run_details(), request=request, field="campaign__team"), pk=pk)
+    try:
+        benchmark = get_benchmark(run.campaign.kind)
+        headline, totals = benchmark.headline, benchmark.totals
+    except ParamError:  # a kind no longer installed: its results still show, unranked
+        headline, totals = (), {}
     context = {
         "run": run,
+        "sections": run_sections(run.results.all(), headline=headline, totals=totals),
         "tail_chars": TAIL_CHARS,
         "tail_slice": f"-{TAIL_CHARS}:",
         "flushes": run.provenance.get("flush") or [],

@@ -185,6 +185,7 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 100,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PARSER_CLASSES": ["api.parsers.StrictJSONParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "api.negotiation.Negotiation",  # names a format it does not offer
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "DEFAULT_THROTTLE_CLASSES": ["api.throttles.TokenOrUserThrottle", "api.throttles.AnonThrottle"],
@@ -215,6 +216,10 @@ SPECTACULAR_SETTINGS = {
 _queue_dir = DATA_DIR / "queue"
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
+    if (
+        CELERY_BROKER_URL == "filesystem://"
+    ):  # the queue has no host; naming one spares kombu's warning on every connect
+        CELERY_BROKER_URL = "filesystem://localhost/"
     for sub in ("in", "processed", "control"):
         (_queue_dir / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {

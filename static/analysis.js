@@ -35,7 +35,7 @@
     ctx.drawImage(src, 0, 0);
     ctx.font = 12 * DPR + "px system-ui, sans-serif";
     var entries = spec.series.map(function (s) { return [s.label, s.color, s.dashed]; })
-      .concat(spec.references.map(function (r) { return [r.label + ": " + fmt(r.y), "#4b5563", true]; }));
+      .concat(spec.references.map(function (r) { return [r.label + ": " + fmt(r.y / (spec.y_divisor || 1)), "#4b5563", true]; }));
     entries.forEach(function (e, i) {
       var y = src.height + row * (i + 1);
       ctx.strokeStyle = e[1];
@@ -93,7 +93,8 @@
   function enhance(figure) {
     var node = document.getElementById(figure.dataset.chart), box = figure.querySelector(".chart-svg");
     if (!node || !box || !window.uPlot) return;
-    var spec = JSON.parse(node.textContent), binary = spec.x_unit === "B";
+    var spec = JSON.parse(node.textContent), binary = spec.x_unit === "B", yd = spec.y_divisor || 1;
+    var fy = function (v) { return v == null ? fmt(v) : fmt(v / yd); };  // y in the axis title's unit
     var keep = spec.data[0].map(function (x) { return !spec.x_log || x > 0; });  // a log axis has no place for x <= 0
     var kept = function (col) { return col.filter(function (_, i) { return keep[i]; }); };
     var data = spec.data.map(kept), refs = spec.references.map(function (r) { return r.y; });
@@ -105,7 +106,7 @@
         points: { show: !s.dashed && !s.band },
         value: function (u, v, si, di) {  // a point's spread after its mean, as in the SVG's error bar
           var spread = !s.band && low && di != null && low[di] != null && high[di] > low[di];
-          return fmt(v) + (spread ? " (" + fmt(low[di]) + "–" + fmt(high[di]) + ")" : "");
+          return fy(v) + (spread ? " (" + fy(low[di]) + "–" + fy(high[di]) + ")" : "");
         }
       });
       if (low && high && !s.band) bars.push({ index: i + 1, color: s.color, low: low, high: high });
@@ -113,7 +114,7 @@
     spec.series.forEach(function (s, i) {  // min/max bands of downsampled lines: two more series, filled between
       if (!s.band || !s.low || !s.high) return;
       var edge = { stroke: s.color + "66", width: 1, spanGaps: true, points: { show: false },
-                   value: function (u, v) { return fmt(v); } };
+                   value: function (u, v) { return fy(v); } };
       series.push(Object.assign({ label: s.label + " · max" }, edge), Object.assign({ label: s.label + " · min" }, edge));
       data.push(kept(s.high), kept(s.low));
       bands.push({ series: [series.length - 2, series.length - 1], fill: s.color + "4d" });
@@ -129,7 +130,7 @@
       },
       axes: [
         { label: spec.x_label + (spec.x_log ? " (log scale)" : ""), values: function (u, v) { return v.map(function (x) { return fmt(x, binary); }); } },
-        { label: spec.y_label, size: 70, values: function (u, v) { return v.map(function (y) { return fmt(y); }); } }
+        { label: spec.y_label, size: 70, values: function (u, v) { return v.map(function (y) { return fy(y); }); } }
       ],
       bands: bands,
       cursor: { drag: { x: true, y: false } },
@@ -146,7 +147,7 @@
           ctx.stroke();
           ctx.fillStyle = "#1d2430";
           ctx.font = 11 * DPR + "px system-ui, sans-serif";
-          ctx.fillText(r.label + ": " + fmt(r.y), u.bbox.left + 4 * DPR, y - 4 * DPR);
+          ctx.fillText(r.label + ": " + fy(r.y), u.bbox.left + 4 * DPR, y - 4 * DPR);
           ctx.restore();
         });
       }] }

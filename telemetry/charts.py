@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from common import numbers
 from telemetry import codec
 from telemetry.models import DETAIL_SERIES, Series
 from telemetry.selectors import SeriesWindow, bucketed, series_window
@@ -33,6 +34,13 @@ class Chart:
     def label(self) -> str:
         labels = ",".join(f"{k}={v}" for k, v in sorted(self.series.labels.items()))
         return f"{self.series.name}{{{labels}}}" if labels else self.series.name
+
+    @property
+    def range_text(self) -> str:
+        """'0 B/s – 9.41 Gbit/s': the window's lowest and highest value, network byte rates in bits."""
+        network = numbers.is_network(self.series.name)
+        low, high = (numbers.quantity(v, self.window.unit, network=network) for v in (self.low, self.high))
+        return f"{low} – {high}"
 
 
 def chart(series: Series, *, start_ns: int, end_ns: int) -> Chart:
@@ -113,11 +121,23 @@ def run_charts(series: list[Series], t0: str | None, t1: str | None) -> dict[str
     drawn = [s for s in series if s.name not in DETAIL_SERIES]
     first, start, end = run_window(drawn or series, _seconds(t0), _seconds(t1))
     by_host: dict[str, list[Chart]] = {}
+    idle: list[Chart] = []  # zero throughout the window (an unused NIC): named, not drawn
     for s in drawn:
-        by_host.setdefault(s.host, []).append(chart(s, start_ns=start, end_ns=end))
+        c = chart(s, start_ns=start, end_ns=end)
+        if c.low == c.high == 0:
+            idle.append(c)
+        else:
+            by_host.setdefault(s.host, []).append(c)
     last = max(s.last_ns or first for s in series)
     return {
         "hosts": list(by_host.items()), "hidden": len(series) - len(drawn), "width": WIDTH, "height": HEIGHT,
         "t0": (start - first) / 1e9, "t1": (end - first) / 1e9, "duration": (last - first) / 1e9,
-        "zoomed": (start, end) != (first, last),
+        "zoomed": (start, end) != (first, last), "idle": idle,
+        "time_ticks": time_ticks((start - first) / 1e9, (end - first) / 1e9),
     }  # fmt: skip
+
+
+def time_ticks(t0: float, t1: float, count: int = 5) -> list[tuple[float, str]]:
+    """(percent of the chart's width, seconds since the run's first sample) for the time axis under each chart."""
+    span = max(t1 - t0, 1e-9)
+    return [(100 * i / (count - 1), numbers.quantity(t0 + span * i / (count - 1), "s")) for i in range(count)]

@@ -97,7 +97,7 @@ def test_it_flags_a_real_regression_and_an_improvement_and_calls_noise_no_signif
     iops = cells(page, "iops")
     assert "change-none" in iops and "+13.3%: no significant change" in iops
     assert "within the spread of the repetitions" in iops  # the reason, as the cell's tooltip
-    assert '100 <span class="muted small">± 1, n=3' in bw
+    assert '>100 B/s</span> <span class="muted small">± <span class="qty" title="1 B/s">1.00 B/s</span>, n=3' in bw
 
 
 @pytest.mark.django_db
@@ -118,7 +118,7 @@ def test_it_compares_matrix_points_and_single_runs(owner: Any, team: Any) -> Non
     assert single is not None
     page = client_for(owner).get(f"/compare/?point={c.pk}:0&run={single.pk}").content.decode()
 
-    assert "by-jobs · point 0 (numjobs=1)" in page and f"by-jobs · run #{single.sequence} (point 1)" in page
+    assert "by-jobs · point 0 (numjobs=1)" in page and f"by-jobs · run #{single.sequence} (point 1, numjobs=4)" in page
     assert "+200.0% worse" not in page and "+200.0% better" in cells(page, "bw_bytes")
 
 
@@ -135,7 +135,7 @@ def test_the_page_reads_the_apis_parameters_and_labels_every_set_as_the_api_does
     page = client.get(f"/compare/?{query}").content.decode()
     api = client.get(f"/api/v1/compare/?{query}").json()
     labels = [column["label"] for column in api["columns"]]
-    assert labels == ["by-jobs · point 0 (numjobs=1)", f"by-jobs · run #{single.sequence} (point 1)"]
+    assert labels == ["by-jobs · point 0 (numjobs=1)", f"by-jobs · run #{single.sequence} (point 1, numjobs=4)"]
     assert all(f'title="{label}"' in page for label in labels)
     assert "+200.0% better" in cells(page, "bw_bytes") and 'name="threshold" step="any" min="0" value="30"' in page
 
@@ -601,3 +601,26 @@ def test_it_compares_two_fio_campaigns_that_ran_on_the_lab(lab: dict[str, Any], 
     sweep = json.loads(client.get(f"/analysis/sweep/?campaign={first.pk}&x=numjobs&metric=bw_bytes&hosts=both"
                                   "&format=json").content)  # fmt: skip
     assert {r["host"] for r in sweep["rows"]} == {"aggregate", "lab1", "lab2"}
+
+
+@pytest.mark.django_db
+def test_compare_labels_points_by_what_differs_sorts_numerically_and_lists_the_differences(
+    owner: Any, team: Any
+) -> None:
+    c = campaign(team, "by-jobs", axes={"numjobs": [1, 4, 16]})
+    for point, jobs in enumerate([1, 4, 16]):
+        runs(c, point, {"numjobs": jobs, "rw": "read"}, {"bw_bytes": [100 * jobs, 101 * jobs, 99 * jobs]})
+    client = client_for(owner)
+    page = client.get(f"/compare/?point={c.pk}:2&point={c.pk}:0").content.decode()
+    assert "by-jobs · point 2 (numjobs=16)" in page and "by-jobs · point 0 (numjobs=1)" in page
+    differences = page[page.index('data-testid="differences"') : page.index('id="table-compare"')]
+    assert "param numjobs" in differences and "<code>16</code>" in differences and "<code>1</code>" in differences
+    assert "param rw" not in differences  # what is the same on both sides is not listed
+
+    other = campaign(team, "by-jobs-2", axes={"numjobs": [1, 4, 16]})
+    for point, jobs in enumerate([1, 4, 16]):
+        runs(other, point, {"numjobs": jobs, "rw": "read"}, {"bw_bytes": [100 * jobs, 101 * jobs, 99 * jobs]})
+    rows = client.get(f"/api/v1/compare/?campaigns={c.pk},{other.pk}").json()["rows"]
+    assert [r["params"]["numjobs"] for r in rows] == [1, 4, 16]  # as numbers, not as text (1, 16, 4)
+    whole = client.get(f"/compare/?campaign={c.pk}&campaign={other.pk}").content.decode()
+    assert "The same configuration on every side" in whole

@@ -26,7 +26,6 @@ import yaml
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
-from runners.benchmarks.base import get_benchmark
 
 from accounts.services import token_create
 from campaigns import baselines
@@ -35,6 +34,7 @@ from campaigns.presets import preset_list
 from campaigns.services import campaign_apply, campaign_finish, campaign_launch
 from inventory.models import Credential
 from inventory.services import node_upsert, storage_upsert
+from plugins.benchmarks.base import get_benchmark
 from runners.execution import build_commands, host_context, run_host_infos
 from runners.remote import command_script
 from telemetry.models import Series

@@ -38,7 +38,8 @@ def test_it_calls_a_clear_bandwidth_drop_a_regression_and_says_why_with_the_numb
     assert verdict.test == "welch-t"
     assert verdict.change_pct == pytest.approx(-20.0)
     assert verdict.reason == (
-        "bw_mbps is 20.0% worse: it fell from 100 to 80 MB/s, beyond the 5% threshold; Welch's t-test p=1.6e-05 < 0.05"
+        "bw_mbps is 20.0% worse: it fell from 100 MB/s to 80.0 MB/s, beyond the 5% threshold; "
+        "Welch's t-test p=1.6e-05 < 0.05"
     )
 
 
@@ -47,7 +48,7 @@ def test_it_calls_a_clear_latency_rise_a_regression() -> None:
 
     assert verdict.outcome == "regression"
     assert verdict.change_pct == pytest.approx(20.0)
-    assert "20.0% worse: it rose from 10 to 12 us" in verdict.reason
+    assert "20.0% worse: it rose from 10.0 µs to 12.0 µs" in verdict.reason
 
 
 @pytest.mark.parametrize(
@@ -114,7 +115,7 @@ def test_it_passes_a_change_below_the_threshold_however_significant() -> None:
     assert verdict.outcome == "pass"
     assert verdict.test == "threshold-only"
     assert verdict.reason == (
-        "bw_mbps is 2.0% worse: it fell from 100 to 98 MB/s, within the 5% threshold: no significant change"
+        "bw_mbps is 2.0% worse: it fell from 100 MB/s to 98.0 MB/s, within the 5% threshold: no significant change"
     )
 
 
@@ -204,7 +205,7 @@ def test_it_calls_a_drop_inside_the_usual_campaign_to_campaign_range_inconclusiv
 
     assert verdict.p_value is not None and verdict.p_value < 0.05  # the repetitions alone would call it
     assert (verdict.outcome, verdict.test) == ("inconclusive", "history")
-    assert "inside the usual campaign-to-campaign range 90.06–109.9 MB/s" in verdict.reason
+    assert "inside the usual campaign-to-campaign range 90.1 MB/s – 110 MB/s" in verdict.reason
     assert "(95% prediction interval over 3 campaigns)" in verdict.reason
     assert verdict.reason.endswith("the repetitions and the campaign history disagree")
 

@@ -179,7 +179,7 @@ def test_it_shows_runs_statistics_and_only_the_cancel_button_while_running(brows
     assert reverse("campaigns:campaign-cancel", args=[running.pk]) in html
     assert reverse("campaigns:campaign-launch", args=[running.pk]) not in html
     assert "<html" in html and 'hx-trigger="every 2s"' in html
-    assert "read_iops" in html and "1,234.5" in html  # the run's aggregate and the statistics table
+    assert "read_iops" in html and "1,234 IOPS" in html  # the run's aggregate and the statistics table
     assert "Statistics" in html
 
 

@@ -83,6 +83,11 @@ class Benchmark:
     version_argv: ClassVar[list[str]] = []
     # Launched with mpirun from the primary host: the runner first checks mpirun reaches every host.
     uses_mpi: ClassVar[bool] = False
+    # The aggregate numbers a reader looks for first, in this order (the run page's headline); empty: every
+    # unlabelled aggregate is one.
+    headline: ClassVar[tuple[str, ...]] = ()
+    # A total and its parts: pages leave the total out where only one part is present (it then equals that part).
+    totals: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def validate(self, params: dict[str, Any]) -> None:
         """Raise ParamError for a parameter set this benchmark cannot run."""

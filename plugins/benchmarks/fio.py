@@ -572,6 +572,9 @@ class Fio(Benchmark):
     # Present whenever a job did read or write I/O, whether read-only, write-only or mixed; absent when fio failed
     # or moved no data.
     required_metrics = ("bw_bytes", "iops")
+    headline = ("read_bw_bytes", "write_bw_bytes", "bw_bytes", "read_iops", "write_iops", "iops", "read_lat_mean_ns",
+                "write_lat_mean_ns")  # fmt: skip
+    totals = {"bw_bytes": ("read_bw_bytes", "write_bw_bytes"), "iops": ("read_iops", "write_iops")}  # noqa: RUF012
     version_argv = ["fio", "--version"]
 
     def validate(self, params: dict[str, Any]) -> None:

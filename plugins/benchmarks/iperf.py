@@ -242,6 +242,7 @@ class _Iperf(Benchmark):
 
     metrics = METRICS
     required_metrics = ("throughput_bps",)
+    headline = ("throughput_bps", "retransmits", "jitter_ms", "lost_percent")
     default_port: ClassVar[int]
     # Parameters the tool cannot honour, with the reason given back.
     unsupported: ClassVar[dict[str, str]] = {}

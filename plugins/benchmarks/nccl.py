@@ -652,6 +652,7 @@ class NcclTests(Benchmark):
     metrics = METRICS
     # Both need a finished run: the average is the table's last line, the maximum needs at least one row.
     required_metrics = ("busbw_avg_gbps", "busbw_max_gbps")
+    headline = ("busbw_avg_gbps", "busbw_max_gbps")
     # No version_argv: nccl-tests has no version option (recent ones print '# nccl-tests version' in their output).
 
     def validate(self, params: dict[str, Any]) -> None:

@@ -348,6 +348,7 @@ class TrainingBenchmark(Benchmark):
 
     metrics: ClassVar[tuple[MetricSpec, ...]] = TRAINING_METRICS
     required_metrics: ClassVar[tuple[str, ...]] = ("images_per_sec",)
+    headline: ClassVar[tuple[str, ...]] = ("images_per_sec", "images_per_sec_per_gpu", "storage_mb_per_sec")
 
     def values(self, params: dict[str, Any]) -> dict[str, Any]:
         """The checked parameters (defaults filled in); raises ParamError naming the first bad one."""

@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from campaigns import selectors, services
 from campaigns.models import Campaign, CampaignStatus
 from campaigns.spec import SpecError, load_yaml, to_yaml
+from common import numbers
 
 
 class Command(BaseCommand):
@@ -123,7 +124,7 @@ class Command(BaseCommand):
         if not rows:
             self.stdout.write("no results")
             return
-        table = [["point", "params", "metric", "n", "mean", "stdev", "min", "max", "unit"]]
+        table = [["point", "params", "metric", "n", "mean", "stdev", "min", "max"]]
         for r in rows:
             params = " ".join(f"{k}={v}" for k, v in r["params"].items() if k in dict(campaign.matrix))
             table.append(
@@ -132,11 +133,7 @@ class Command(BaseCommand):
                     params,
                     r["metric"],
                     str(r["n"]),
-                    _num(r["mean"]),
-                    _num(r["stdev"]),
-                    _num(r["min"]),
-                    _num(r["max"]),
-                    r["unit"],
+                    *(numbers.quantity(r[k], r["unit"]) for k in ("mean", "stdev", "min", "max")),
                 ]  # fmt: skip
             )
         widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
@@ -212,10 +209,6 @@ class Command(BaseCommand):
 
 def _csv(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
-
-
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.6g}"
 
 
 def _json(data: Any) -> str:

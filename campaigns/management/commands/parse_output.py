@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from common import numbers
 from plugins.benchmarks.base import ParamError, ParseError, benchmark_kinds, get_benchmark
 
 
@@ -45,4 +46,5 @@ class Command(BaseCommand):
             return
         for m in metrics:
             labels = " ".join(f"{k}={v}" for k, v in m.labels.items())
-            self.stdout.write(f"{m.host or '(all)':<20} {m.name:<24} {m.value:>16.6g} {m.unit:<6} {labels}")
+            shown = numbers.quantity(m.value, m.unit, network=numbers.is_network(m.name))
+            self.stdout.write(f"{m.host or '(all)':<20} {m.name:<24} {shown:>14} {labels}")
