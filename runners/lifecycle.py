@@ -1,0 +1,273 @@
+"""A run's job on its hosts once prepared: submitted detached (or with sbatch under Slurm), polled, collected,
+killed."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.utils import timezone
+
+from campaigns import services
+from campaigns.models import Run, RunHost, RunStatus
+from campaigns.plan import (
+    SERVICE_DIR,
+)
+from campaigns.planning import benchmark_params
+from plugins.benchmarks.base import (
+    Metric,
+    ParseError,
+    get_benchmark,
+)
+from plugins.launchers import slurm
+from runners import remote, samplers, ssh
+from runners import slurm as slurm_jobs
+from runners.hosts import TAIL, HostJob, RunTarget, last_lines, main_targets, run_targets, slurm_login
+
+SERVICE_READY_TIMEOUT = 30.0
+
+
+def run_submit(jobs: list[HostJob]) -> None:
+    """Start the services, wait until they accept work, start the telemetry samplers, then every main command.
+
+    If any host refuses, everything already started is stopped and reset again.
+    """
+    primary = jobs[0] if jobs else None
+    if primary is not None and primary.login is not None:  # Slurm: no services, one main (run_prepare checked)
+        job_id = slurm_jobs.submit(primary.login, primary.context.run_dir)
+        RunHost.objects.filter(pk=primary.row.pk).update(slurm_job_id=job_id)
+        return
+    services = [j for j in jobs if j.service]
+    mains = [j for j in jobs if j.main]
+    try:
+        ssh.raise_first(remote.fan_out(services, lambda j: remote.job_submit(j.target, j.service_dir)))
+        ssh.raise_first(remote.fan_out(services, _wait_ready))
+        samplers.start(jobs)
+        ssh.raise_first(remote.fan_out(mains, lambda j: remote.job_submit(j.target, j.context.run_dir)))
+    except Exception:  # undone, so that a retry starts every host again, in one attempt
+        remote.fan_out(mains, lambda j: remote.job_undo(j.target, j.context.run_dir))
+        remote.fan_out(services, lambda j: remote.job_undo(j.target, j.service_dir))
+        remote.fan_out([j for j in jobs if j.telemetry_dir], lambda j: remote.job_kill(j.target, j.telemetry_dir))
+        raise
+
+
+def _wait_ready(job: HostJob) -> None:
+    assert job.service is not None
+    if not job.service.ready_argv:
+        return
+    line = f"cd {shlex.quote(job.service_dir)} && {shlex.join(job.service.ready_argv)}"
+    deadline = time.monotonic() + SERVICE_READY_TIMEOUT
+    while True:
+        result = job.target.run(line)
+        if result.ok:
+            return
+        state = remote.job_state(job.target, job.service_dir)
+        if state.finished or state.vanished or time.monotonic() > deadline:
+            stdout, stderr = remote.job_output(job.target, job.service_dir)
+            detail = (stderr or stdout or result.stderr).strip()[-500:]
+            raise ssh.PermanentSSHError(job.target.endpoint, f"the service did not become ready: {detail}")
+        time.sleep(0.2)
+
+
+@dataclass
+class PollOutcome:
+    finished: bool
+    vanished: list[str]
+    killed: list[str] = field(default_factory=list)  # of ``vanished``: where rackbench killed it
+
+
+def run_poll(run: Run) -> PollOutcome:
+    login = slurm_login(run)
+    if login is not None:
+        host, job_id = _slurm_job(run, login)
+        state = slurm_jobs.job_state(login, job_id, host.row.remote_dir)
+        store_live_log(run, login, host)
+        return PollOutcome(finished=state.finished, vanished=[])
+    hosts = main_targets(run)
+    states = remote.fan_out(hosts, lambda h: remote.job_state(h.target, h.row.remote_dir))
+    ssh.raise_first(states)
+    for host, state in zip(hosts, states, strict=True):
+        if state.pid and host.row.pid != state.pid:
+            RunHost.objects.filter(pk=host.row.pk).update(pid=state.pid)
+    if hosts:
+        store_live_log(run, hosts[0].target, hosts[0])
+    vanished = [h.row.host for h, state in zip(hosts, states, strict=True) if state.vanished]
+    killed = [h.row.host for h, state in zip(hosts, states, strict=True) if state.vanished and state.killed]
+    return PollOutcome(finished=all(s.finished for s in states), vanished=vanished, killed=killed)
+
+
+LIVE_LOG_WANTED_FOR = 10.0  # seconds since a campaign page last asked (it asks every 2 s while open)
+
+
+LIVE_LOG_BYTES = 16_384  # of stdout and of stderr: enough for the 40 lines the page shows
+
+
+def store_live_log(run: Run, target: remote.Target, host: RunTarget) -> None:
+    """While the run's campaign page is open, store the end of ``host``'s output (read from ``target``: the host,
+    or the Slurm login node) for it: the page reads the database, never the host. A read that fails keeps the
+    last text and says why; the poll goes on."""
+    wanted = run.live_log_wanted_at
+    if wanted is None or (timezone.now() - wanted).total_seconds() > LIVE_LOG_WANTED_FOR:
+        return
+    log: dict[str, Any] = {"host": host.row.host, "at": timezone.now().isoformat(), "error": ""}
+    try:
+        log["stdout"], log["stderr"] = remote.job_output(target, host.row.remote_dir, limit=LIVE_LOG_BYTES)
+    except ssh.SSHError as exc:
+        log = {**run.live_log, "host": host.row.host, "error": f"the log could not be read at {log['at']}: {exc}"}
+    Run.objects.filter(pk=run.pk).update(live_log=log)
+
+
+@dataclass
+class HostOutcome:
+    """How one host's main command ended: its output, its exit code, and for a Slurm job, Slurm's word."""
+
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    slurm_state: slurm.SlurmState | None = None
+
+
+def _slurm_job(run: Run, login: remote.Target) -> tuple[RunTarget, str]:
+    """The host whose main command is the run's Slurm job, and the job's id (from the database, else from
+    the run directory: a worker may have died between sbatch and recording its answer)."""
+    hosts = main_targets(run)
+    if not hosts:
+        raise ssh.PermanentSSHError(login.endpoint, "the run has no main command, so no Slurm job to follow")
+    host = hosts[0]
+    job_id = host.row.slurm_job_id or slurm_jobs.recorded_job_id(login, host.row.remote_dir)
+    if not job_id:
+        raise ssh.PermanentSSHError(
+            login.endpoint, f"the run's Slurm job id is not recorded (look for the job rackbench-{run.pk} in squeue)"
+        )
+    if not host.row.slurm_job_id:
+        RunHost.objects.filter(pk=host.row.pk).update(slurm_job_id=job_id)
+    return host, job_id
+
+
+def _host_outcome(host: RunTarget) -> HostOutcome:
+    stdout, stderr = remote.job_output(host.target, host.row.remote_dir)
+    return HostOutcome(stdout, stderr, remote.job_state(host.target, host.row.remote_dir).exit_code)
+
+
+def _slurm_outcome(run: Run, login: remote.Target) -> HostOutcome:
+    host, job_id = _slurm_job(run, login)
+    state = slurm_jobs.job_state(login, job_id, host.row.remote_dir)
+    ended = {"job_id": job_id, "state": state.state, "exit_code": state.exit_code, "source": state.source}
+    services.run_provenance_merge(
+        run_id=run.pk, update=lambda provenance: provenance.update(slurm={**provenance.get("slurm", {}), **ended})
+    )
+    stdout, stderr = remote.job_output(login, host.row.remote_dir)
+    return HostOutcome(stdout, stderr, state.exit_code, state)
+
+
+def run_collect(run: Run) -> tuple[str, str]:
+    """Fetch every main command's output, store it and the parsed metrics, stop the services.
+
+    Returns (status, error): a non-zero exit (or a Slurm job that did not complete), unparsable output, a
+    missing metric or a failed plug-in check (e.g. the wrong NCCL transport) fails the run even when every
+    command exited 0.
+    """
+    benchmark = get_benchmark(run.campaign.kind)
+    targets = run_targets(run, started=True)
+    samplers.stop(run, targets)  # first: the samplers record the benchmark, not this
+    hosts = main_targets(run, targets)
+    login = slurm_login(run)
+    if login is not None:
+        outputs: list[Any] = [_slurm_outcome(run, login)]
+        hosts = hosts[:1]
+    else:
+        outputs = remote.fan_out(hosts, _host_outcome)
+    ssh.raise_first(outputs)
+    errors: list[str] = []
+    per_host: list[Metric] = []
+    logs: dict[str, str] = {}
+    for row, outcome in zip([h.row for h in hosts], outputs, strict=True):
+        stdout, stderr = outcome.stdout, outcome.stderr
+        RunHost.objects.filter(pk=row.pk).update(stdout=stdout, stderr=stderr, exit_code=outcome.exit_code)
+        logs[row.host] = f"{stdout}\n{stderr}"
+        if outcome.slurm_state is not None and outcome.slurm_state.error:
+            errors.append(f"{row.host}: {outcome.slurm_state.error}: {last_lines(stderr or stdout)}")
+            continue
+        if outcome.exit_code != 0:
+            errors.append(f"{row.host}: exited with code {outcome.exit_code}: {last_lines(stderr or stdout)}")
+            continue
+        try:
+            per_host += benchmark.parse(stdout, host=row.host)
+        except ParseError as exc:
+            errors.append(f"{row.host}: output could not be parsed: {exc}")
+    Run.objects.filter(pk=run.pk).update(
+        stdout_tail=_tails([(h.row.host, o.stdout) for h, o in zip(hosts, outputs, strict=True)]),
+        stderr_tail=_tails([(h.row.host, o.stderr) for h, o in zip(hosts, outputs, strict=True)]),
+    )
+    stop_services(run, targets)
+    metrics = per_host + benchmark.aggregate(per_host) if per_host else []
+    services.run_store_results(run=run, metrics=metrics)
+    samplers.collect(run, targets)  # after the results: it adds its summaries to them
+    if not errors:
+        errors += benchmark.missing(metrics, [h.row.host for h in hosts])
+        errors += benchmark.check(benchmark_params(run.params), metrics, logs)
+    return (RunStatus.FAILED, "\n".join(errors)) if errors else (RunStatus.SUCCEEDED, "")
+
+
+def stop_services(run: Run, targets: list[RunTarget]) -> None:
+    """Stop the run's services (on ``targets``, its started hosts) and keep what they printed in its provenance."""
+    hosts = [h for h in targets if h.row.service_command]
+    if not hosts:
+        return
+    remote.fan_out(hosts, lambda h: remote.job_kill(h.target, f"{h.row.remote_dir}/{SERVICE_DIR}", grace=1.0))
+    outputs = remote.fan_out(hosts, lambda h: remote.job_output(h.target, f"{h.row.remote_dir}/{SERVICE_DIR}"))
+    kept = {
+        h.row.host: {"command": h.row.service_command, "stdout_tail": o[0][-TAIL:], "stderr_tail": o[1][-TAIL:]}
+        for h, o in zip(hosts, outputs, strict=True)
+        if not isinstance(o, BaseException)
+    }
+    services.run_provenance_merge(run_id=run.pk, update=lambda provenance: provenance.update(services=kept))
+
+
+def _tails(pairs: list[tuple[str, str]]) -> str:
+    if len(pairs) == 1:
+        return pairs[0][1][-TAIL:]
+    per = max(TAIL // max(len(pairs), 1), 200)
+    return "\n".join(f"==> {host} <==\n{text[-per:]}" for host, text in pairs if text)
+
+
+def run_kill(run: Run) -> dict[str, str]:
+    """Kill everything every main command, service and sampler of the run started on its hosts (scancel a Slurm
+    job). Returns the hosts where that is not confirmed, each with why (unreachable, or pids that outlived
+    SIGKILL); empty when every kill is confirmed."""
+    login = slurm_login(run)
+    if login is not None:
+        for host in main_targets(run)[:1]:  # not submitted yet when the run has no main command recorded
+            job_id = host.row.slurm_job_id or slurm_jobs.recorded_job_id(login, host.row.remote_dir)
+            if job_id:
+                slurm_jobs.cancel(login, job_id, host.row.remote_dir)
+        return {}
+    targets = run_targets(run, started=True)
+    jobs = [(h.target, h.row.remote_dir) for h in main_targets(run, targets)]
+    jobs += [(h.target, f"{h.row.remote_dir}/{SERVICE_DIR}") for h in targets if h.row.service_command]
+    jobs += samplers.kill_jobs(run, targets)
+    unconfirmed: dict[str, str] = {}
+    for (target, _), left in zip(jobs, remote.fan_out(jobs, lambda job: remote.job_kill(*job)), strict=True):
+        where = target.endpoint.name or target.endpoint.label
+        if isinstance(left, BaseException):
+            unconfirmed.setdefault(where, str(left))
+        elif left:
+            unconfirmed.setdefault(where, f"processes {' '.join(map(str, left))} still alive after SIGKILL")
+    return unconfirmed
+
+
+def run_keep_output(run: Run) -> None:
+    """Store what a stopped run printed and sampled (best effort: a host that cannot be reached keeps nothing)."""
+    targets = run_targets(run, started=True)
+    hosts = main_targets(run, targets)
+    login = slurm_login(run)
+    outputs = remote.fan_out(hosts, lambda h: remote.job_output(login or h.target, h.row.remote_dir))
+    kept = [(h.row, o) for h, o in zip(hosts, outputs, strict=True) if not isinstance(o, BaseException)]
+    for row, (stdout, stderr) in kept:
+        RunHost.objects.filter(pk=row.pk).update(stdout=stdout, stderr=stderr)
+    Run.objects.filter(pk=run.pk).update(
+        stdout_tail=_tails([(r.host, o[0]) for r, o in kept]), stderr_tail=_tails([(r.host, o[1]) for r, o in kept])
+    )
+    samplers.collect(run, targets)

@@ -1,0 +1,342 @@
+"""Preparing a run on its hosts: containers, mounts, files, the MPI reachability check, Slurm's batch script, and the
+cache flushes (storage, then every client's page cache) with what they found recorded in provenance."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import replace
+from typing import Any
+
+from django.utils import timezone
+
+from campaigns.models import Run, RunHost
+from campaigns.plan import (
+    campaign_mounts,
+    container_name,
+    container_of,
+    display_command,
+)
+from campaigns.planning import benchmark_params
+from inventory.crypto import decrypt
+from plugins.benchmarks.base import (
+    Benchmark,
+    ParamError,
+    get_benchmark,
+)
+from plugins.containers import get_runtime, spec_from_dict
+from plugins.launchers import slurm
+from plugins.launchers.mpi import mpirun_argv, options_from_params
+from plugins.mounts import mount_command, plan_mounts, unmount_command
+from runners import remote, samplers, ssh
+from runners.hosts import HostJob, host_jobs, last_lines, slurm_login, slurm_options
+
+
+def start_containers(run: Run, jobs: list[HostJob]) -> dict[str, Any]:
+    """Start the campaign's container on every host where it is not running yet; returns what ran where.
+
+    The container gets rackbench's directory and the campaign's mounts at the same paths, and the launch's
+    key pair in a 0700 directory (mounted read-only at /rackbench-keys) so MPI can hop between containers.
+    """
+    found = container_of(run)
+    if found is None:
+        return {}
+    runtime, spec = found
+    name = container_name(run.campaign)
+    private_key = decrypt(run.campaign.ssh_private_key_encrypted)
+    # MPI hops between containers accept a first contact only from the campaign's own hosts.
+    addresses = sorted(set(RunHost.objects.filter(run__campaign=run.campaign).values_list("address", flat=True)))
+
+    def start(job: HostJob) -> str:
+        if job.target.run(shlex.join(runtime.running_argv(name))).ok:
+            return "already running"
+        key_dir = f"{job.root}/keys/{name}"
+        job.target.check(
+            shlex.join(["mkdir", "-p", "-m", "700", key_dir]), what="creating the container's key directory"
+        )
+        job.target.put(
+            {
+                f"{key_dir}/authorized_keys": run.campaign.ssh_public_key + "\n",
+                f"{key_dir}/id_ed25519": private_key,
+                f"{key_dir}/hosts": "\n".join(addresses) + "\n",
+            },
+            mode=0o600,
+        )
+        volumes = [*spec.volumes, f"{job.root}:{job.root}", *(f"{m}:{m}" for m in job.context.mounts)]
+        for argv in runtime.start_argv(replace(spec, volumes=volumes), name=name, key_dir=key_dir):
+            job.target.check(shlex.join(argv), what=f"starting the {runtime.name} container")
+        return "started"
+
+    started = remote.fan_out(jobs, start)
+    ssh.raise_first(started)
+    digest_argv = runtime.digest_argv(spec)
+    digests = (
+        remote.fan_out(jobs, lambda j: j.target.run(shlex.join(digest_argv)).stdout.strip()) if digest_argv else []
+    )
+    return {
+        "runtime": runtime.name,
+        "image": spec.image,
+        "name": name,
+        "hosts": {j.row.host: state for j, state in zip(jobs, started, strict=True)},
+        "digests": {j.row.host: d for j, d in zip(jobs, digests, strict=True) if isinstance(d, str)},
+    }
+
+
+def stop_containers(campaign: Any, nodes: list[Any]) -> list[str]:
+    """Stop and remove the campaign's containers and their keys; returns the errors, one per failing node."""
+    if not campaign.container:
+        return []
+    spec = spec_from_dict(campaign.container)
+    runtime = get_runtime(spec.runtime)
+    name = container_name(campaign)
+
+    def stop(target: remote.Target) -> None:
+        for argv in runtime.stop_argv(name):
+            target.run(shlex.join(argv))
+        key_dir = f"{remote.remote_root(target)}/keys/{name}"
+        target.check(shlex.join(["rm", "-rf", key_dir]), what="removing the container's keys")
+
+    results = remote.fan_out([remote.node_target(n) for n in nodes], stop)
+    return [str(r) for r in results if isinstance(r, BaseException)]
+
+
+def run_prepare(run: Run) -> list[HostJob]:
+    """Write the run's files on every host, flush caches per the policy, record provenance."""
+    benchmark = get_benchmark(run.campaign.kind)
+    jobs = host_jobs(run, benchmark)
+    if not any(job.main for job in jobs):
+        raise ParamError("kind", f"{benchmark.kind} built no command for any host of this run")
+    options = slurm_options(run)
+    if options:
+        _check_slurm_jobs(benchmark, jobs)  # before anything is mounted, started or written
+    provenance = dict(run.provenance)
+    provenance["mounts"] = mount_storage(run, jobs)  # first: the data directories live on the mounts
+    provenance["container"] = start_containers(run, jobs)
+    ssh.raise_first(remote.fan_out(jobs, _prepare_host))
+    if run.campaign.telemetry:
+        provenance["telemetry"] = samplers.prepare(run, jobs)
+    if benchmark.uses_mpi and len(jobs) > 1:
+        _mirror_primary_files(jobs)
+        if not options:  # in a Slurm allocation mpirun reaches its hosts through Slurm, not over SSH
+            mpi_reachability(run, jobs)
+    if options:
+        provenance["slurm"] = _prepare_slurm(run, jobs[0], options)
+    provenance["hosts"] = dict(
+        zip([j.row.host for j in jobs], remote.fan_out(jobs, lambda j: _host_info(benchmark, j)), strict=True)
+    )
+    provenance["params"] = run.params
+    provenance["flush"] = flush_caches(run, jobs)
+    Run.objects.filter(pk=run.pk).update(provenance=provenance, heartbeat_at=timezone.now())
+    return jobs
+
+
+def _main_env(job: HostJob) -> dict[str, str]:
+    return {**job.context.env, **(job.main.env if job.main else {})}  # the campaign's, then the plug-in's
+
+
+def _main_files(job: HostJob) -> dict[str, str]:
+    """The main command's files and its command.sh (empty when the host runs no main command)."""
+    if job.main is None:
+        return {}
+    return {**job.main.files, "command.sh": remote.command_script(job.main.argv, _main_env(job))}
+
+
+def _prepare_host(job: HostJob) -> None:
+    run_dir = job.context.run_dir
+    data_dirs = [job.context.data_dir] + [f"{mount}/{job.context.node}" for mount in job.context.mounts]
+    dirs = data_dirs + ([job.service_dir] if job.service else [])
+    env = _main_env(job)
+    remote.job_prepare(job.target, run_dir, extra_dirs=dirs, files=_main_files(job))
+    if job.service:
+        service_files = dict(job.service.files)
+        service_files["command.sh"] = remote.command_script(job.service.argv, job.service.env)
+        remote.job_prepare(job.target, job.service_dir, extra_dirs=[], files=service_files)
+    RunHost.objects.filter(pk=job.row.pk).update(
+        command=display_command(run_dir, job.main.argv, env) if job.main else "",
+        service_command=display_command(job.service_dir, job.service.argv, job.service.env) if job.service else "",
+        remote_dir=run_dir,
+    )
+
+
+def _check_slurm_jobs(benchmark: Benchmark, jobs: list[HostJob]) -> None:
+    """Under Slurm only the primary's main command is submitted: refuse what this version cannot run."""
+    if any(j.service for j in jobs):
+        raise ParamError(
+            "launcher",
+            f"{benchmark.kind} starts a service on the hosts of this run (a server the main command talks to); "
+            "services are not supported under Slurm yet: use launcher: {kind: direct} for this campaign",
+        )
+    others = [j.row.host for j in jobs[1:] if j.main]
+    if others or jobs[0].main is None:
+        raise ParamError(
+            "launcher",
+            f"under Slurm only the first host's command is submitted, but {benchmark.kind} runs a command on "
+            f"{', '.join([j.row.host for j in jobs if j.main])}: run it on one node, with an MPI benchmark, "
+            "or with launcher: {kind: direct}",
+        )
+
+
+def _prepare_slurm(run: Run, primary: HostJob, options: slurm.SlurmOptions) -> dict[str, Any]:
+    """Write the primary's command and the batch script into its run directory on the login node."""
+    hosts = primary.context.hosts
+    mpi_slots = options_from_params(benchmark_params(run.params), {}).slots
+    counts = sorted({mpi_slots or h.slots for h in hosts})
+    if len(counts) > 1:
+        raise ParamError(
+            "mpi_slots",
+            f"the run's nodes have different slot (GPU) counts {counts}; Slurm's --ntasks-per-node needs one: "
+            "set mpi_slots",
+        )
+    run_dir = primary.context.run_dir
+    script = slurm.batch_script(
+        job_name=f"rackbench-{run.pk}",
+        nodes=[h.name for h in hosts],
+        tasks_per_node=counts[0],
+        run_dir=run_dir,
+        options=options,
+    )
+    login = slurm_login(run)
+    assert login is not None
+    remote.job_prepare(login, run_dir, extra_dirs=[], files={**_main_files(primary), slurm.SCRIPT: script})
+    primary.login = login
+    return {
+        "login_node": options.login_node,
+        "script": script,
+        "submit": f"cd {shlex.quote(run_dir)} && {shlex.join(slurm.sbatch_argv(slurm.SCRIPT))}",
+    }
+
+
+def _mirror_primary_files(jobs: list[HostJob]) -> None:
+    """Open MPI starts remote ranks in mpirun's working directory: give every host the primary's run
+    directory (same path) with the files the ranks use, e.g. the round-robin wrapper."""
+    primary = jobs[0]
+    if primary.main is None or not primary.main.files:
+        return
+    run_dir = primary.context.run_dir
+    files = {f"{run_dir}/{name}": content for name, content in primary.main.files.items()}
+
+    def mirror(job: HostJob) -> None:
+        job.target.check(shlex.join(["mkdir", "-p", run_dir]), what="creating the MPI working directory")
+        job.target.put(files)
+
+    ssh.raise_first(remote.fan_out(jobs[1:], mirror))
+
+
+def mpi_reachability(run: Run, jobs: list[HostJob]) -> None:
+    """``mpirun ... hostname`` from the primary across every host; on failure, name the hosts it cannot reach."""
+    primary = jobs[0]
+    hosts = primary.context.hosts
+    options = options_from_params(benchmark_params(run.params), {})
+    argv = mpirun_argv(hosts, ["hostname"], replace(options, slots=1, report_bindings=False, env={}))
+    result = primary.target.run(f"cd {shlex.quote(primary.context.run_dir)} && {shlex.join(argv)}", timeout=60)
+    if result.ok:
+        return
+    port = options.ssh_port or hosts[0].ssh_port
+    probes = remote.fan_out(
+        list(hosts[1:]),
+        lambda h: primary.target.run(shlex.join(["ssh", "-p", str(port), "-o", "BatchMode=yes", h.address, "true"])),
+    )
+    failed = [
+        f"{h.name} ({h.address}:{port})" for h, r in zip(hosts[1:], probes, strict=True) if not getattr(r, "ok", False)
+    ]
+    detail = last_lines(result.stderr or result.stdout)
+    if not failed:  # every host answers over SSH: mpirun's own daemons failed to call back, which a retry may mend
+        raise ssh.TransientSSHError(
+            primary.target.endpoint, f"MPI reachability check: mpirun from {primary.row.host} failed: {detail}"
+        )
+    raise ssh.PermanentSSHError(
+        primary.target.endpoint,
+        f"MPI reachability check: mpirun from {primary.row.host} cannot reach {', '.join(failed)} over SSH: {detail}",
+    )
+
+
+def _host_info(benchmark: Benchmark, job: HostJob) -> dict[str, Any]:
+    node = job.row.node
+    assert node is not None
+    version = shlex.join(benchmark.version_argv) if benchmark.version_argv else "true"
+    result = job.target.run(f"uname -srm; {version} 2>&1 | head -n 3")
+    kernel, _, tool = result.stdout.partition("\n")
+    return {
+        "kernel": kernel.strip(),
+        "tool_version": tool.strip(),
+        "node": {
+            "address": node.address,
+            "cpu_model": node.cpu_model,
+            "cpu_cores": node.cpu_cores,
+            "ram_mb": node.ram_mb,
+            "gpu_model": node.gpu_model,
+            "gpu_count": node.gpu_count,
+            "facts": node.facts,
+            "facts_collected_at": node.facts_collected_at.isoformat() if node.facts_collected_at else None,
+        },
+    }
+
+
+def mount_storage(run: Run, jobs: list[HostJob]) -> dict[str, list[dict[str, str]]]:
+    """Mount the campaign's mount points on every host where they are not mounted yet."""
+    plans = {job.row.host: campaign_mounts(run, job.context.index) for job in jobs}
+    if not any(plans.values()):
+        return {}
+    ssh.raise_first(
+        remote.fan_out(
+            jobs,
+            lambda j: j.target.check(
+                mount_command(plans[j.row.host], j.target.endpoint.username), what="mounting the storage"
+            ),
+        )
+    )
+    return {host: [vars(p) for p in host_plans] for host, host_plans in plans.items()}
+
+
+def unmount_storage(campaign: Any, nodes: list[Any]) -> list[str]:
+    """Unmount the campaign's mount points from its nodes; returns the errors, one per node that failed."""
+    if not campaign.mounts or campaign.storage is None:
+        return []
+    targets = [remote.node_target(n) for n in nodes]
+
+    def unmount(item: tuple[int, remote.Target]) -> None:
+        index, target = item
+        plans = plan_mounts(campaign.mounts, storage=campaign.storage, node_index=index)
+        target.check(unmount_command(plans, target.endpoint.username), what="unmounting the storage")
+
+    results = remote.fan_out(list(enumerate(targets)), unmount)
+    return [str(r) for r in results if isinstance(r, BaseException)]
+
+
+def client_flush_command(user: str) -> str:
+    if user == "root":
+        return "sync && echo 3 > /proc/sys/vm/drop_caches"
+    return "sync && echo 3 | sudo -n tee /proc/sys/vm/drop_caches > /dev/null"
+
+
+def flush_caches(run: Run, jobs: list[HostJob]) -> list[dict[str, Any]]:
+    """Flush the storage system's caches, then every client's page cache, per the campaign's policy."""
+    campaign = run.campaign
+    records: list[dict[str, Any]] = []
+    if campaign.flush_storage and campaign.storage:
+        target = remote.storage_target(campaign.storage)
+        command = shlex.join(shlex.split(campaign.storage.flush_command)) if campaign.storage.flush_command else ""
+        if not command:
+            raise ssh.PermanentSSHError(None, f"storage system {campaign.storage.name} has no flush command")
+        records.append(_flush(target, command, f"storage {campaign.storage.name}", "flushing the storage caches"))
+    if campaign.flush_clients:
+        results = remote.fan_out(
+            jobs,
+            lambda j: _flush(
+                j.target, client_flush_command(j.target.endpoint.username), j.row.host, "flushing the page cache"
+            ),
+        )
+        ssh.raise_first(results)
+        records += results
+    return records
+
+
+def _flush(target: remote.Target, command: str, label: str, what: str) -> dict[str, Any]:
+    at = timezone.now()
+    result = target.check(command, what=f"{what} on {label} ({command})")
+    return {
+        "target": label,
+        "command": command,
+        "at": at.isoformat(),
+        "seconds": round(result.seconds, 3),
+        "exit_code": 0,
+    }
