@@ -1,4 +1,6 @@
-"""Django admin for node leases: the operator's way to give back a node kept for a kill that is not confirmed."""
+"""Django admin for campaigns: campaigns and runs to look at (read-only: they change through the services, from the
+pages, the API and the CLI), and node leases, the operator's way to give back a node kept for a kill that is not
+confirmed."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from campaigns import services
-from campaigns.models import NodeLease
+from campaigns.models import Campaign, NodeLease, Run
 
 
 @admin.register(NodeLease)
@@ -30,3 +32,33 @@ class NodeLeaseAdmin(admin.ModelAdmin):
             self.message_user(request, f"Released {', '.join(released)}.", messages.SUCCESS)
         else:
             self.message_user(request, "None of these leases was kept for an unconfirmed kill.", messages.WARNING)
+
+
+class ReadOnly(admin.ModelAdmin):
+    """Rows that only services change: viewable, searchable, never edited, added or deleted here."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(Campaign)
+class CampaignAdmin(ReadOnly):
+    list_display = ["name", "team", "kind", "status", "launched_at", "finished_at"]
+    list_filter = ["status", "kind", "team"]
+    list_select_related = ["team"]
+    search_fields = ["name", "family"]
+    date_hierarchy = "created_at"
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnly):
+    list_display = ["pk", "campaign", "sequence", "point", "repetition", "status", "started_at", "finished_at"]
+    list_filter = ["status", "is_warmup"]
+    list_select_related = ["campaign"]
+    search_fields = ["campaign__name", "error"]

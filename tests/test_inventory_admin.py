@@ -312,3 +312,17 @@ def test_the_import_page_is_refused_to_staff_without_node_permissions(client: Cl
     django_user_model.objects.create_user("viewer", password="pw-viewer-123", is_staff=True)
     client.login(request=HttpRequest(), username="viewer", password="pw-viewer-123")  # login throttling needs one
     assert client.get(reverse("admin:inventory_node_import")).status_code == 403
+
+
+@pytest.mark.django_db
+def test_campaigns_and_runs_are_shown_read_only_in_the_admin(admin_client: Client) -> None:
+    from campaigns.models import Campaign, Run
+
+    campaign = Campaign.objects.create(name="admin-view", kind="fio")
+    run = Run.objects.create(campaign=campaign, sequence=1, point=0, repetition=1)
+    for model, obj in (("campaign", campaign), ("run", run)):
+        listing = admin_client.get(reverse(f"admin:campaigns_{model}_changelist"))
+        assert listing.status_code == 200 and "admin-view" in listing.content.decode()
+        page = admin_client.get(reverse(f"admin:campaigns_{model}_change", args=[obj.pk]))
+        assert page.status_code == 200 and 'type="submit"' not in page.content.decode().split("</header>")[-1]
+        assert admin_client.get(reverse(f"admin:campaigns_{model}_add")).status_code == 403
