@@ -270,6 +270,7 @@ RACKBENCH: dict[str, Any] = {
     "SSH_MAX_AGE": env_float("RACKBENCH_SSH_MAX_AGE", 300.0, minimum=0.0),
     "SSH_FANOUT": env_int("RACKBENCH_SSH_FANOUT", 64, minimum=1),
     "POLL_INTERVAL": env_float("RACKBENCH_POLL_INTERVAL", 2.0, minimum=0.05),
+    "POLL_WAIT": env_float("RACKBENCH_POLL_WAIT", 10.0, minimum=0.0),
     "RETRY_MAX": env_int("RACKBENCH_RETRY_MAX", 3, minimum=0),
     "RETRY_BACKOFF": env_float("RACKBENCH_RETRY_BACKOFF", 2.0, minimum=0.0),
     "STALE_AFTER": env_float("RACKBENCH_STALE_AFTER", 30.0, minimum=1.0),

@@ -78,7 +78,8 @@ class PollOutcome:
     killed: list[str] = field(default_factory=list)  # of ``vanished``: where rackbench killed it
 
 
-def run_poll(run: Run) -> PollOutcome:
+def run_poll(run: Run, *, wait: float = 0.0) -> PollOutcome:
+    """Every host's job state; ``wait``: each host's read waits up to that long for its job's end (not under Slurm)."""
     login = slurm_login(run)
     if login is not None:
         host, job_id = _slurm_job(run, login)
@@ -86,7 +87,7 @@ def run_poll(run: Run) -> PollOutcome:
         store_live_log(run, login, host)
         return PollOutcome(finished=state.finished, vanished=[])
     hosts = main_targets(run)
-    states = remote.fan_out(hosts, lambda h: remote.job_state(h.target, h.row.remote_dir))
+    states = remote.fan_out(hosts, lambda h: remote.job_state(h.target, h.row.remote_dir, wait=wait))
     ssh.raise_first(states)
     for host, state in zip(hosts, states, strict=True):
         if state.pid and host.row.pid != state.pid:

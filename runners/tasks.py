@@ -89,8 +89,18 @@ def _load(run_id: int) -> Run | None:
     return Run.objects.select_related("campaign__storage").filter(pk=run_id).first()
 
 
-def _schedule_poll(run_id: int, token: str) -> None:
-    run_poll_task.apply_async((run_id, token), countdown=settings.RACKBENCH["POLL_INTERVAL"])
+def _schedule_poll(run_id: int, token: str, *, now: bool = False) -> None:
+    run_poll_task.apply_async((run_id, token), countdown=0 if now else settings.RACKBENCH["POLL_INTERVAL"])
+
+
+def _end_watch(run: Run) -> float:
+    """How long this poll waits on the hosts for the job's end: the rest of the run's first RACKBENCH_POLL_WAIT
+    seconds (the first poll comes at once), so a short benchmark's end is noticed as it happens; then none, and
+    polls come every RACKBENCH_POLL_INTERVAL seconds without holding a worker."""
+    if run.started_at is None:
+        return 0.0
+    elapsed = (timezone.now() - run.started_at).total_seconds()
+    return max(0.0, settings.RACKBENCH["POLL_WAIT"] - elapsed)
 
 
 @contextmanager
@@ -179,7 +189,7 @@ def _resume_submitted(run: Run) -> bool:
 
 def _mark_running(run: Run) -> None:
     if services.run_transition(run_id=run.pk, old=[RunStatus.PREPARING], new=RunStatus.RUNNING):
-        _schedule_poll(run.pk, services.run_new_poll_token(run_id=run.pk))
+        _schedule_poll(run.pk, services.run_new_poll_token(run_id=run.pk), now=True)
         return
     status = Run.objects.filter(pk=run.pk).values_list("status", flat=True).first()
     if status in RUN_TERMINAL and status != RunStatus.SUCCEEDED:
@@ -203,7 +213,7 @@ def run_poll_task(self: Task, run_id: int, token: str) -> None:
 def _poll(task: Task, run: Run, token: str) -> None:
     run_id = run.pk
     try:
-        outcome = execution.run_poll(run)
+        outcome = execution.run_poll(run, wait=_end_watch(run))
     except Exception as exc:
         _retry_or_fail(task, run_id, exc, kill=True, args=(run_id, token))  # the retry carries the chain on
         return

@@ -225,6 +225,7 @@ def worker_env(**extra: str) -> dict[str, str]:
         CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
         RACKBENCH_ENCRYPTION_KEYS=",".join(settings.RACKBENCH["ENCRYPTION_KEYS"]),
         RACKBENCH_POLL_INTERVAL="0.3",
+        RACKBENCH_POLL_WAIT="2",  # short runs are noticed as they end; no worker held long
         RACKBENCH_RETRY_MAX="1",
         RACKBENCH_RETRY_BACKOFF="0.2",
         RACKBENCH_SSH_CONNECT_TIMEOUT="3",
