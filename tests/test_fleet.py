@@ -255,3 +255,23 @@ def test_a_nodes_history_shows_its_decline_beside_its_peers(
     assert "week-0" not in logged_in(owner).get(url, {"last": "3"}).content.decode()
     assert "must be a whole number" in logged_in(owner).get(url, {"last": "0"}).content.decode()
     assert json.loads(logged_in(outsider).get(url, {"format": "json"}).content)["rows"] == []
+
+
+@pytest.mark.django_db
+def test_the_fleet_page_shows_a_page_of_nodes_outliers_first_and_every_cell_in_the_export(
+    owner: Any, team: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from analysis import reports
+
+    monkeypatch.setattr(reports, "FLEET_ROWS", 5)
+    campaign = stored_campaign(team, nodes=12, bad="lab9")
+    client, url = logged_in(owner), f"/analysis/campaigns/{campaign.pk}/fleet/"
+
+    first = client.get(url).content.decode()
+    third = client.get(url, {"page": "3"}).content.decode()
+    cells = list(csv.reader(io.StringIO(client.get(url, {"format": "csv", "table": "cells"}).content.decode())))
+
+    assert "page 1 of 3" in first and "<th>lab9</th>" in first and "<th>lab12</th>" not in first
+    assert "<th>lab12</th>" in third and "<th>lab9</th>" not in third
+    assert {row[0] for row in cells[1:]} == {f"lab{i}" for i in range(1, 13)}
+    assert "page '9' is not one of" in client.get(url, {"page": "9"}).content.decode().replace("&#x27;", "'")
