@@ -88,3 +88,16 @@ def test_the_compare_page_and_api_list_what_differs_and_judge_nothing_across_it(
     page = client.get(f"/compare/?campaign={base.pk}&campaign={ci.pk}").content.decode()
     assert "Not the same configuration" in page and "fixed bs: 128k (baseline) vs 4k" in page
     assert ": not comparable" in page and "change-worse" not in page and "change-better" not in page
+
+
+def test_what_the_campaign_says_it_tests_may_differ(team: Any) -> None:
+    """verdict.differs_in maps the two sides explicitly: a throttled rate is the change under test, not a reason."""
+    base = finished(team, "nas-fast", {"bs": "128k"}, BIG)
+    slow = finished(team, "nas-slow", {"bs": "128k", "rate": "4m"}, {"bw_bytes": [500.0, 501.0, 499.0],
+                    "iops": [50.0, 51.0, 49.0]})  # fmt: skip
+    assert baselines.verdict_compute(campaign=slow, baseline_campaign=base).outcome == "inconclusive"
+    Campaign.objects.filter(pk=slow.pk).update(verdict={"differs_in": ["rate"]})
+    slow.refresh_from_db()
+    verdict = baselines.verdict_compute(campaign=slow, baseline_campaign=base)
+    assert verdict.outcome == "regression"
+    assert verdict.items[0]["accepted_differences"] == ["fixed rate: (unset) (baseline) vs 4m"]
