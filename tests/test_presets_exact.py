@@ -200,3 +200,19 @@ def test_the_seed001_iperf_preset_passes_the_papers_client_options(dgx: None) ->
         assert ours == dict(zip(wanted[::2], wanted[1::2], strict=True)), (options, argv)
         extra = [a for a in argv[3:] if a.startswith("-") and a not in ours]
         assert extra == ["-p", "-B", "-f"]  # rackbench's own, listed above
+
+
+@needs_seeds
+def test_the_seed003_mlperf_preset_keeps_the_papers_batch_per_system() -> None:
+    """Seed 003: "a consistent batch size per system of 408 images as the workload is scaled": --batch-size is per
+    GPU, so each 8-GPU DGX A100 gets 408 at 1, 2 and 4 nodes."""
+    assert "consistent batch size per system of 408 images" in seed_text("003")
+    for i in range(1, 5):
+        node_upsert(name=f"a100-{i}", address=f"10.3.0.{i}", tags=["a100"], gpu_count=8)
+    storage_upsert(name="aff", kind="nfs", data_addresses=["10.4.0.1"], export_path="/vol")
+    (campaign,) = services.preset_instantiate(slug="seed003-ontap-mlperf", name="mlperf", node_tags=["a100"],
+                                              storage="aff")  # fmt: skip
+    for point in selectors.campaign_preview(campaign=campaign)["shown"]:
+        argv = shlex.split(point["hosts"][0]["command"].split(" && ", 1)[1])
+        ranks, batch = int(argv[argv.index("-n") + 1]), int(argv[argv.index("--batch-size") + 1])
+        assert ranks == 8 * point["params"]["nodes"] and batch * 8 == 408
