@@ -216,3 +216,17 @@ def test_the_seed003_mlperf_preset_keeps_the_papers_batch_per_system() -> None:
         argv = shlex.split(point["hosts"][0]["command"].split(" && ", 1)[1])
         ranks, batch = int(argv[argv.index("-n") + 1]), int(argv[argv.index("--batch-size") + 1])
         assert ranks == 8 * point["params"]["nodes"] and batch * 8 == 408
+
+
+@needs_seeds
+def test_the_seed000_iperf_preset_runs_the_appendixs_storage_network_test(dgx: None) -> None:
+    """Seed 000's DGX-2 storage-network test: "seq 5001 5004 | xargs -P 0 -i iperf -t 900 -c 10.200.10.13 -p {} &"
+    and the same for 5009-5012: 8 flows of 900 s. rackbench: one client, -t 900 -P 8 (its -p/-B/-f listed above)."""
+    runs = re.findall(r"seq (\d+) (\d+) \| xargs -P 0 -i iperf -t (\d+) -c \S+ -p \{\}", seed_text("000"))
+    flows = sum(int(b) - int(a) + 1 for a, b, _ in runs)
+    seconds = {t for _, _, t in runs}
+    (campaign,) = services.preset_instantiate(slug="seed000-iperf", name="iperf000", node_tags=["dgx2"])
+    (point,) = selectors.campaign_preview(campaign=campaign)["shown"]
+    argv = json.loads(point["hosts"][0]["files"]["clients.json"])["clients"][0]["argv"]
+    assert (flows, seconds) == (8, {"900"})
+    assert argv[argv.index("-t") + 1] == "900" and argv[argv.index("-P") + 1] == str(flows)
