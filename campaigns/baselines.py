@@ -67,8 +67,8 @@ def metric_label(name: str, labels: dict[str, Any]) -> str:
 def point_values(*, campaign: Campaign, runs: Iterable[int] | None = None) -> dict[Key, Series]:
     """The aggregate metrics of the campaign's succeeded repetitions (warm-ups left out), per point and metric.
 
-    A point is known by the values of its matrix axes only: two campaigns of one family are compared point by
-    point even when a fixed parameter differs (a new image tag, a throttled rate), which is what changed.
+    A point is known by the values of its matrix axes only; whether the two campaigns' configurations may be
+    compared at all is campaigns.comparability's question (verdict_compute).
     """
     return campaigns_point_values(campaigns=[campaign], runs=runs).get(campaign.pk, {})
 
@@ -227,7 +227,13 @@ def verdict_compute(
             {"point": ref.point, "params": ref.params, "metric": key.metric, "unit": ref.unit,
              "higher_is_better": better_up, **dataclasses.asdict(judgement)}
         )  # fmt: skip
-    differences = comparability.differences(baseline_campaign, campaign)
+    # What the campaign says it is testing (verdict.differs_in: a throttled rate, a new software stack) may differ;
+    # anything else that differs makes every item inconclusive, with the difference as the reason.
+    accepted = set(campaign.verdict.get("differs_in") or [])
+    found = comparability.differences(baseline_campaign, campaign)
+    differences = [d for d in found if comparability.subject(d) not in accepted]
+    for item in items if len(differences) < len(found) else []:
+        item["accepted_differences"] = [d for d in found if comparability.subject(d) in accepted]
     if differences:  # across different configurations no change means what it seems to: inconclusive, and why
         reason = "not comparable, the configurations differ: " + "; ".join(differences)
         for item in items:

@@ -59,6 +59,12 @@ def _value(value: Any) -> str:
     return "(unset)" if value is None else str(value)
 
 
+def subject(difference: str) -> str:
+    """What a difference is about: a fixed parameter's name, or kind, hardware, software."""
+    head = difference.split(":", 1)[0]
+    return head.removeprefix("fixed ")
+
+
 def differences(baseline: Campaign, candidate: Campaign) -> list[str]:
     """What differs between the two campaigns' configurations (configuration()), in words; [] when comparable."""
     found = configurations([baseline, candidate])

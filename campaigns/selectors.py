@@ -196,6 +196,8 @@ def _compare_order(row: tuple[str, str]) -> tuple[Any, ...]:
 
 def campaign_summary(*, campaign: Campaign) -> list[dict[str, Any]]:
     """Per matrix point and aggregate metric: statistics over the succeeded repetitions (warm-ups excluded)."""
+    from campaigns.baselines import metric_label
+
     measured = campaign.runs.filter(status=RunStatus.SUCCEEDED, is_warmup=False)
     params: dict[int, dict[str, Any]] = {}
     for point, run_params in measured.order_by("point", "sequence").values_list("point", "params"):
@@ -203,17 +205,20 @@ def campaign_summary(*, campaign: Campaign) -> list[dict[str, Any]]:
     rows = (
         Result.objects.filter(run__in=measured, host="")
         .exclude(labels__has_key="job")  # aggregates across hosts, not per-job rows
-        .values_list("run__point", "name", "unit", "value")
+        .values_list("run__point", "name", "labels", "unit", "value")
         .order_by("run__point", "name")
     )
     grouped: dict[tuple[int, str], dict[str, Any]] = {}
     values: dict[tuple[int, str], list[float]] = defaultdict(list)
-    for point, name, unit, value in rows:
+    for point, name, labels, unit, value in rows:
         if point not in params:  # a run that succeeded between the two queries: next time
             continue
-        grouped.setdefault((point, name), {"point": point, "params": params[point], "metric": name, "unit": unit})
-        values[(point, name)].append(value)
-    return [{**meta, **describe(values[key])} for key, meta in grouped.items()]
+        # A labelled aggregate (a training epoch's rate, one of mdtest's tests, a direction) is its own row: pooled
+        # with the unlabelled one it would change the headline's mean.
+        metric = metric_label(name, labels or {})
+        grouped.setdefault((point, metric), {"point": point, "params": params[point], "metric": metric, "unit": unit})
+        values[(point, metric)].append(value)
+    return [{**meta, **describe(values[key])} for key, meta in sorted(grouped.items(), key=lambda kv: kv[0])]
 
 
 def compare(*, sets: list[tuple[str, Campaign, list[int] | None]], policy: Any = None) -> dict[str, Any]:

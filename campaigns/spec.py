@@ -187,7 +187,7 @@ def _family(value: Any) -> str:
     return value
 
 
-VERDICT_KEYS = {"threshold_pct", "alpha", "min_repetitions", "rerun_regressions", "metrics", "webhook"}
+VERDICT_KEYS = {"threshold_pct", "alpha", "min_repetitions", "rerun_regressions", "metrics", "webhook", "differs_in"}
 
 
 def _verdict(value: Any) -> dict[str, Any]:
@@ -208,6 +208,10 @@ def _verdict(value: Any) -> dict[str, Any]:
         raise SpecError(f"verdict.{exc.field}", exc.message) from None
     if not isinstance(value.get("rerun_regressions", False), bool):
         raise SpecError("verdict.rerun_regressions", "must be true or false")
+    differs = value.get("differs_in", [])
+    if not isinstance(differs, list) or not all(isinstance(d, str) and d for d in differs):
+        raise SpecError("verdict.differs_in", "must be a list of what may differ from the baseline: fixed parameter "
+                        "names, hardware or software (what the campaign is testing)")  # fmt: skip
     metrics = value.get("metrics", [])
     if not isinstance(metrics, list) or not all(isinstance(m, str) and m for m in metrics):
         raise SpecError("verdict.metrics", "must be a list of metric names (empty: every metric)")

@@ -44,7 +44,9 @@ def campaign_file(tmp_path: Path, **fixed: Any) -> Path:
     campaigns for a test that must pass every time (latency percentiles too: they come out inconclusive)."""
     data = {
         "name": "fio-lab", "kind": "fio", "nodes": ["lab1"], "family": "fio-lab", "repetitions": 3,
-        "cache": {"flush_clients": False}, "timeout": 120, "verdict": {"metrics": ["bw_bytes", "iops"]},
+        "cache": {"flush_clients": False}, "timeout": 120,
+        # the "regressed system" is simulated by a lower rate on a smaller file: what this campaign tests may differ
+        "verdict": {"metrics": ["bw_bytes", "iops"], "differs_in": ["rate", "size"]},
         "fixed": {"bs": "64k", "size": "16M", "rate": "40m", **fixed}, "matrix": {"rw": ["read"]},
     }  # fmt: skip
     path = tmp_path / f"campaign-{len(fixed)}.yaml"

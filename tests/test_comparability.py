@@ -88,3 +88,35 @@ def test_the_compare_page_and_api_list_what_differs_and_judge_nothing_across_it(
     page = client.get(f"/compare/?campaign={base.pk}&campaign={ci.pk}").content.decode()
     assert "Not the same configuration" in page and "fixed bs: 128k (baseline) vs 4k" in page
     assert ": not comparable" in page and "change-worse" not in page and "change-better" not in page
+
+
+def test_what_the_campaign_says_it_tests_may_differ(team: Any) -> None:
+    """verdict.differs_in maps the two sides explicitly: a throttled rate is the change under test, not a reason."""
+    base = finished(team, "nas-fast", {"bs": "128k"}, BIG)
+    slow = finished(team, "nas-slow", {"bs": "128k", "rate": "4m"}, {"bw_bytes": [500.0, 501.0, 499.0],
+                    "iops": [50.0, 51.0, 49.0]})  # fmt: skip
+    assert baselines.verdict_compute(campaign=slow, baseline_campaign=base).outcome == "inconclusive"
+    Campaign.objects.filter(pk=slow.pk).update(verdict={"differs_in": ["rate"]})
+    slow.refresh_from_db()
+    verdict = baselines.verdict_compute(campaign=slow, baseline_campaign=base)
+    assert verdict.outcome == "regression"
+    assert verdict.items[0]["accepted_differences"] == ["fixed rate: (unset) (baseline) vs 4m"]
+
+
+def test_the_campaign_summary_keeps_labelled_aggregates_out_of_the_headline(team: Any) -> None:
+    """A training run stores its images/s and each epoch's (labelled {epoch}); mdtest each test's rates: pooled, the
+    headline's mean would be the mean of different things."""
+    from campaigns.selectors import campaign_summary
+
+    c = Campaign.objects.create(name="tf", kind="tf_cnn_benchmarks", team=team, matrix=[["model", ["resnet50"]]],
+                                status=CampaignStatus.SUCCEEDED)  # fmt: skip
+    for i, (total, epochs) in enumerate(((1000.0, (900.0, 1100.0)), (1010.0, (910.0, 1110.0)))):
+        run = Run.objects.create(campaign=c, sequence=next(_sequence), point=0, params={"model": "resnet50"},
+                                 repetition=i + 1, status=RunStatus.SUCCEEDED)  # fmt: skip
+        Result.objects.create(run=run, name="images_per_sec", value=total, unit="img/s", host="", labels={})
+        for epoch, rate in enumerate(epochs):
+            Result.objects.create(run=run, name="images_per_sec", value=rate, unit="img/s", host="",
+                                  labels={"epoch": epoch})  # fmt: skip
+    rows = {r["metric"]: r for r in campaign_summary(campaign=c)}
+    assert rows["images_per_sec"]["mean"] == 1005.0 and rows["images_per_sec"]["n"] == 2
+    assert rows["images_per_sec{epoch=0}"]["mean"] == 905.0 and rows["images_per_sec{epoch=1}"]["n"] == 2

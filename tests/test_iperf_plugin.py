@@ -802,3 +802,13 @@ def test_it_runs_a_real_iperf2_udp_pair_from_the_built_commands(iperf2, tmp_path
     metrics = iperf2.parse(outputs["n0"], host="n0")
     assert value(metrics, "throughput_bps", host="n0", peer="n1", direction="send") > 10e6
     assert value(metrics, "jitter_ms", host="n0", peer="n1", direction="send") >= 0
+
+
+def test_it_reads_interface_addresses_given_as_text_in_a_campaign_file(iperf3):
+    params = {"interface_address": "n0=10.200.10.13, n1=10.200.22.13"}
+    main, _ = commands(iperf3.build(params, context(0, hosts(2))))
+    argv = plan(main, "clients.json")["clients"][0]["argv"]
+    assert argv[argv.index("-c") + 1] == "10.200.22.13" and argv[argv.index("-B") + 1] == "10.200.10.13"
+    with pytest.raises(ParamError) as caught:
+        iperf3.validate({"interface_address": "n0:10.0.0.1"})
+    assert caught.value.field == "interface_address"

@@ -200,3 +200,33 @@ def test_the_seed001_iperf_preset_passes_the_papers_client_options(dgx: None) ->
         assert ours == dict(zip(wanted[::2], wanted[1::2], strict=True)), (options, argv)
         extra = [a for a in argv[3:] if a.startswith("-") and a not in ours]
         assert extra == ["-p", "-B", "-f"]  # rackbench's own, listed above
+
+
+@needs_seeds
+def test_the_seed003_mlperf_preset_keeps_the_papers_batch_per_system() -> None:
+    """Seed 003: "a consistent batch size per system of 408 images as the workload is scaled": --batch-size is per
+    GPU, so each 8-GPU DGX A100 gets 408 at 1, 2 and 4 nodes."""
+    assert "consistent batch size per system of 408 images" in seed_text("003")
+    for i in range(1, 5):
+        node_upsert(name=f"a100-{i}", address=f"10.3.0.{i}", tags=["a100"], gpu_count=8)
+    storage_upsert(name="aff", kind="nfs", data_addresses=["10.4.0.1"], export_path="/vol")
+    (campaign,) = services.preset_instantiate(slug="seed003-ontap-mlperf", name="mlperf", node_tags=["a100"],
+                                              storage="aff")  # fmt: skip
+    for point in selectors.campaign_preview(campaign=campaign)["shown"]:
+        argv = shlex.split(point["hosts"][0]["command"].split(" && ", 1)[1])
+        ranks, batch = int(argv[argv.index("-n") + 1]), int(argv[argv.index("--batch-size") + 1])
+        assert ranks == 8 * point["params"]["nodes"] and batch * 8 == 408
+
+
+@needs_seeds
+def test_the_seed000_iperf_preset_runs_the_appendixs_storage_network_test(dgx: None) -> None:
+    """Seed 000's DGX-2 storage-network test: "seq 5001 5004 | xargs -P 0 -i iperf -t 900 -c 10.200.10.13 -p {} &"
+    and the same for 5009-5012: 8 flows of 900 s. rackbench: one client, -t 900 -P 8 (its -p/-B/-f listed above)."""
+    runs = re.findall(r"seq (\d+) (\d+) \| xargs -P 0 -i iperf -t (\d+) -c \S+ -p \{\}", seed_text("000"))
+    flows = sum(int(b) - int(a) + 1 for a, b, _ in runs)
+    seconds = {t for _, _, t in runs}
+    (campaign,) = services.preset_instantiate(slug="seed000-iperf", name="iperf000", node_tags=["dgx2"])
+    (point,) = selectors.campaign_preview(campaign=campaign)["shown"]
+    argv = json.loads(point["hosts"][0]["files"]["clients.json"])["clients"][0]["argv"]
+    assert (flows, seconds) == (8, {"900"})
+    assert argv[argv.index("-t") + 1] == "900" and argv[argv.index("-P") + 1] == str(flows)

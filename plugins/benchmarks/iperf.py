@@ -142,6 +142,13 @@ def _quantity(pattern: str, expected: str, *, zero: bool) -> parameters.Check:
 
 
 def _interface_addresses(value: Any) -> dict[str, str]:
+    """{host name: IP address}, or the same as text, "dgx1=10.200.10.13,dgx2=10.200.22.13" (a campaign file's fixed
+    and matrix values are single values, so this is how they give it)."""
+    if isinstance(value, str):
+        pairs = [p.partition("=") for p in value.split(",") if p.strip()]
+        if not pairs or any(not sep for _, sep, _ in pairs):
+            raise ValueError(f"must be NAME=ADDRESS pairs separated by commas, e.g. dgx1=10.200.10.13; got {value!r}")
+        value = {name.strip(): address.strip() for name, _, address in pairs}
     if not isinstance(value, dict):
         raise ValueError('must map host names to IP addresses, e.g. {"dgx1": "10.200.10.13"}')
     found: dict[str, str] = {}
