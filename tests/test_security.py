@@ -30,12 +30,12 @@ from django.utils import timezone
 from accounts.services import token_create
 from campaigns import baselines
 from campaigns.models import Campaign, Result, RunHost, RunStatus
+from campaigns.plan import build_commands, host_context, run_host_infos
 from campaigns.presets import preset_list
 from campaigns.services import campaign_apply, campaign_finish, campaign_launch
 from inventory.models import Credential
 from inventory.services import node_upsert, storage_upsert
 from plugins.benchmarks.base import get_benchmark
-from runners.execution import build_commands, host_context, run_host_infos
 from runners.remote import command_script
 from telemetry.models import Series
 from telemetry.services import series_append
