@@ -1,0 +1,66 @@
+"""Per-run overhead on the lab: what a run costs beyond its benchmark (issue 16: at most 0.25 s on 4 nodes).
+
+    PYTHONPATH=. scripts/test -p tests.conftest -m drill -s bench/test_run_overhead.py
+
+Real worker, real lab sshd nodes, PostgreSQL and Redis, as the suite uses them. A campaign of RUNS repetitions of
+a 1 s time-based fio on the 4 lab nodes runs on a worker of its own, once with the end watch
+(RACKBENCH_POLL_WAIT=10: the first poll waits on the hosts for the job's end) and once with interval polls only
+(RACKBENCH_POLL_WAIT=0, RACKBENCH_POLL_INTERVAL=2, the default). Reported per run: wall time between run starts
+(the campaign's pace), started -> finished, and the overhead beyond the 1 s job, median and p90.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from campaigns import services
+from tests.conftest import ROOT, Worker, finished, purge_broker, spare_broker, worker_env
+
+RUNS = int(os.environ.get("RACKBENCH_BENCH_RUNS", "10"))
+JOB_S = 1.0
+
+
+def measure(name: str, **env: str) -> dict[str, float]:
+    broker = spare_broker(0, settings.CELERY_BROKER_URL)
+    purge_broker(broker)
+    environment = worker_env(CELERY_BROKER_URL=broker, **env)
+    fixed = {"rw": "read", "bs": "64k", "size": "8M", "runtime": int(JOB_S), "time_based": 1}
+    data = {"name": name, "kind": "fio", "nodes": ["lab1", "lab2", "lab3", "lab4"], "repetitions": RUNS,
+            "fixed": fixed, "cache": {"flush_clients": False}}  # fmt: skip
+    campaign = services.campaign_apply(data=data)
+    worker = Worker(f"bench-{name}", environment)
+    try:
+        subprocess.run([sys.executable, "manage.py", "campaign", "run", name], cwd=ROOT, env=environment,
+                       check=True, timeout=60)  # fmt: skip
+        finished(campaign, timeout=60 + RUNS * 40)
+    finally:
+        worker.kill()
+        purge_broker(broker)
+    runs = list(campaign.runs.order_by("sequence"))
+    assert all(r.status == "succeeded" for r in runs), [r.error for r in runs]
+    spans = [(r.finished_at - r.started_at).total_seconds() for r in runs]
+    paces = [(b.started_at - a.started_at).total_seconds() for a, b in zip(runs, runs[1:], strict=False)]
+    over = sorted(p - JOB_S for p in paces)
+    return {
+        "pace median": statistics.median(paces),
+        "started->finished median": statistics.median(spans),
+        "overhead median": statistics.median(over),
+        "overhead p90": over[int(0.9 * (len(over) - 1))],
+    }
+
+
+@pytest.mark.drill
+def test_per_run_overhead(lab: dict[str, Any]) -> None:
+    watched = measure("overhead-watch", RACKBENCH_POLL_WAIT="10", RACKBENCH_POLL_INTERVAL="2")
+    polled = measure("overhead-poll", RACKBENCH_POLL_WAIT="0", RACKBENCH_POLL_INTERVAL="2")
+    print(f"\nper-run overhead, {RUNS} runs of a {JOB_S:g} s fio on 4 lab nodes (s)")
+    print(f"{'':28} {'end watch':>10} {'2 s polls':>10}")
+    for key in watched:
+        print(f"{key:28} {watched[key]:10.2f} {polled[key]:10.2f}")
