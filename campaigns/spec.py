@@ -42,6 +42,8 @@ from common.addresses import url_refusal
 from common.errors import FieldError
 from common.names import NAME_RE  # one rule for every name that becomes a path
 from plugins.benchmarks.base import ParamError, get_benchmark
+from plugins.launchers.slurm import validate_launcher
+from plugins.telemetry import validate_telemetry
 
 TOP_LEVEL = {
     "name", "description", "kind", "nodes", "node_tags", "storage", "repetitions", "warmup_runs", "cache",
@@ -53,8 +55,8 @@ CACHE_KEYS = {"flush_clients", "flush_storage"}
 SCALAR = (str, int, float, bool)
 
 
-class SpecError(FieldError):
-    pass
+# A definition's error is any field error: a plug-in's ParamError passes through as it is, its field named.
+SpecError = FieldError
 
 
 def load_yaml(text: str) -> dict[str, Any]:
@@ -267,22 +269,12 @@ def _container(value: Any) -> dict[str, Any]:
 
 def _launcher(value: Any) -> dict[str, Any]:
     """How runs start (plugins/launchers/slurm.py): {} for the direct launch over SSH."""
-    from plugins.launchers.slurm import validate_launcher
-
-    try:
-        return validate_launcher(value)
-    except ParamError as exc:
-        raise SpecError(exc.field, exc.message) from None
+    return validate_launcher(value)
 
 
 def _telemetry(value: Any) -> dict[str, Any]:
     """Samplers on every host during runs (runners/samplers.py): {} when off."""
-    from plugins.telemetry import validate_telemetry
-
-    try:
-        return validate_telemetry(value)
-    except ParamError as exc:
-        raise SpecError(exc.field, exc.message) from None
+    return validate_telemetry(value)
 
 
 def _rules(data: dict[str, Any], matrix: list[list[Any]], fixed: dict[str, Any]) -> dict[str, Any]:
