@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import paramiko
+from django import db
 from django.conf import settings
 
 from inventory.crypto import decrypt
@@ -280,5 +281,18 @@ def job_output(target: Target, job_dir: str, *, limit: int | None = None) -> tup
 
 
 def fan_out(items: list[Any], fn: Callable[[Any], Any]) -> list[Any]:
-    """``ssh.fan_out`` bounded by RACKBENCH_SSH_FANOUT: how every step of a run reaches its hosts."""
-    return ssh.fan_out(items, fn, workers=settings.RACKBENCH["SSH_FANOUT"])
+    """``ssh.fan_out`` bounded by RACKBENCH_SSH_FANOUT: how every step of a run reaches its hosts.
+
+    A pool thread that touched the database closes its connection when its work ends: left to the garbage
+    collector, a 64-node run held a hundred of them, past PostgreSQL's default limit."""
+
+    def call(item: Any) -> Any:
+        try:
+            return fn(item)
+        finally:
+            if threading.current_thread() is not threading.main_thread() and threading.current_thread().name.startswith(
+                "ssh"
+            ):
+                db.connections.close_all()  # this thread's own connections only: they are per thread
+
+    return ssh.fan_out(items, call, workers=settings.RACKBENCH["SSH_FANOUT"])

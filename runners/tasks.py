@@ -93,6 +93,11 @@ def _schedule_poll(run_id: int, token: str, *, now: bool = False) -> None:
     run_poll_task.apply_async((run_id, token), countdown=0 if now else settings.RACKBENCH["POLL_INTERVAL"])
 
 
+# A step that moves the run on gives up its lease in the same update, so the next step's task, sent at once, can
+# take it (the first poll comes with no delay, the collect as the poll sees the end).
+HAND_ON = {"lease_owner": "", "lease_until": None}
+
+
 def _end_watch(run: Run) -> float:
     """How long this poll waits on the hosts for the job's end: the rest of the run's first RACKBENCH_POLL_WAIT
     seconds (the first poll comes at once), so a short benchmark's end is noticed as it happens; then none, and
@@ -188,7 +193,7 @@ def _resume_submitted(run: Run) -> bool:
 
 
 def _mark_running(run: Run) -> None:
-    if services.run_transition(run_id=run.pk, old=[RunStatus.PREPARING], new=RunStatus.RUNNING):
+    if services.run_transition(run_id=run.pk, old=[RunStatus.PREPARING], new=RunStatus.RUNNING, **HAND_ON):
         _schedule_poll(run.pk, services.run_new_poll_token(run_id=run.pk), now=True)
         return
     status = Run.objects.filter(pk=run.pk).values_list("status", flat=True).first()
@@ -202,12 +207,13 @@ def run_poll_task(self: Task, run_id: int, token: str) -> None:
     run = _load(run_id)
     if run is None or run.status != RunStatus.RUNNING or run.poll_token != token:
         return  # finished, cancelled, or a newer poll chain took over
-    next_token = services.run_poll_claim(run_id=run_id, token=token)
-    if next_token is None:
-        return  # a duplicate of this poll took the chain on
     with _step_lease(run_id, [RunStatus.RUNNING]) as held:
-        if held:
-            _poll(self, run, next_token)
+        if not held:
+            return  # a twin is polling (and carries the chain on): this copy claims nothing
+        next_token = services.run_poll_claim(run_id=run_id, token=token)
+        if next_token is None:
+            return  # a duplicate of this poll took the chain on
+        _poll(self, run, next_token)
 
 
 def _poll(task: Task, run: Run, token: str) -> None:
@@ -221,7 +227,7 @@ def _poll(task: Task, run: Run, token: str) -> None:
         services.run_mark_failed(run_id=run_id, error=vanished_error(outcome), kill=True)  # the other hosts' too
         return
     if outcome.finished:
-        if services.run_transition(run_id=run_id, old=[RunStatus.RUNNING], new=RunStatus.COLLECTING):
+        if services.run_transition(run_id=run_id, old=[RunStatus.RUNNING], new=RunStatus.COLLECTING, **HAND_ON):
             run_collect_task.delay(run_id)
         return
     timeout = run.campaign.run_timeout_s
