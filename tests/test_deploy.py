@@ -12,6 +12,9 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+# A clean environment: the test session's own variables (DJANGO_ALLOW_ASYNC_UNSAFE from the browser tests, ...)
+# are no part of a deployment.
+BASE_ENV = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")}
 FILLED = {  # what an operator fills into docker/.env
     "POSTGRES_PASSWORD": "pw",
     "RACKBENCH_SECRET_KEY": "k" * 20 + "-Qx7#pL9!vR2@mZ4$wT8%nB6^hJ3&dF5*gK1(sY0)",
@@ -38,7 +41,7 @@ def production_env(tmp_path: Path) -> dict[str, str]:
 
         return re.sub(r"\$\{([A-Z_]+)(?:(:[-?])([^}]*))?\}", one, str(value))
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RACKBENCH_", "DATABASE_URL"))}
+    env = dict(BASE_ENV)
     env.update({name: expand(value) for name, value in compose["x-app"]["environment"].items()})
     env.update(RACKBENCH_DATA_DIR=str(tmp_path), RACKBENCH_STATIC_ROOT=str(tmp_path / "static"))
     env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'db.sqlite3'}"  # check --deploy does not connect
@@ -57,7 +60,7 @@ def test_check_deploy_is_clean_with_the_documented_production_environment(tmp_pa
 
 
 def test_check_deploy_names_what_is_missing_without_it(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RACKBENCH_")}
+    env = dict(BASE_ENV)
     env.update(RACKBENCH_DATA_DIR=str(tmp_path), RACKBENCH_STATIC_ROOT=str(tmp_path / "static"),
                DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}")  # fmt: skip
     done = manage(env, "check", "--deploy", "--fail-level", "WARNING")
@@ -68,7 +71,7 @@ def test_check_deploy_names_what_is_missing_without_it(tmp_path: Path) -> None:
 
 
 def test_debug_is_off_unless_asked_for(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RACKBENCH_")}
+    env = dict(BASE_ENV)
     env.update(RACKBENCH_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="rackbench.settings")
     code = "import django; django.setup(); from django.conf import settings; print(settings.DEBUG)"
     off = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
