@@ -97,6 +97,8 @@ def test_the_run_page_reads_headline_then_hosts_then_telemetry(owner: Any, measu
     assert "1 idle series (zero throughout)" in page
     drawn = page[charts:]
     assert drawn.count("<polygon") == 1 and "1 idle series not drawn" in drawn  # eth1 is named, not drawn
+    band = drawn[drawn.index('<polygon points="') + 17 :].split('"')[0]
+    assert {p.split(",")[1] for p in band.split()} == {"45.0"}  # a constant rate: mid-height, not on the edge
     assert 'class="time-axis"' in drawn and ">0 s</span>" in drawn and ">59.0 s</span>" in drawn
     assert "1.00 Gbit/s – 1.00 Gbit/s" in drawn  # the caption's range, in the NIC's unit
 
