@@ -114,3 +114,19 @@ def test_the_demo_campaign_samples_telemetry_every_second() -> None:
     demo = yaml.safe_load((Path(__file__).parent.parent / "examples/campaigns/demo-fio.yaml").read_text())
     config = validate_telemetry(demo["telemetry"])
     assert config["enabled"] and config["interval"] == "1s" and "net" in config["groups"]
+
+
+@pytest.mark.django_db
+def test_statistics_never_say_no_results_yet_once_runs_have_succeeded(owner: Any, team: Any) -> None:
+    node_upsert(name="n1", address="10.0.0.1", team=team)
+    data = {"name": "hosts-only", "kind": "fio", "nodes": ["n1"], "repetitions": 3, "fixed": {"rw": "read"}}
+    campaign = campaign_launch(campaign=campaign_apply(data=data, team=team))
+    from campaigns.models import RunStatus
+
+    campaign.runs.update(status=RunStatus.SUCCEEDED)
+    for run in campaign.runs.all():  # each host's numbers, no aggregate across hosts
+        Result.objects.create(run=run, name="read_bw_bytes", value=1e9, unit="B/s", host="n1")
+    client = Client()
+    client.force_login(owner)
+    page = client.get(f"/campaigns/{campaign.pk}/").content.decode()
+    assert "No results yet" not in page and "3 runs succeeded, but none stored a metric aggregated" in page
