@@ -311,3 +311,10 @@ def test_the_import_page_is_refused_to_staff_without_node_permissions(client: Cl
     django_user_model.objects.create_user("viewer", password="pw-viewer-123", is_staff=True)
     client.login(username="viewer", password="pw-viewer-123")
     assert client.get(reverse("admin:inventory_node_import")).status_code == 403
+
+
+def test_the_import_help_lists_the_allowed_roles_and_statuses(admin_client: Client) -> None:
+    page = admin_client.get(reverse("admin:inventory_node_import")).content.decode()
+    for value in ("compute", "storage-client", "login", "other"):
+        assert f"<code>{value}</code>" in page
+    assert "<code>active</code>" in page
