@@ -58,7 +58,8 @@ class Figure:
 
     def __post_init__(self) -> None:
         self.lines = [_downsampled(line, self.x_log) for line in self.lines]
-        values = [y for line in self.lines for y in line.y] + [y for _, y in self.references]
+        measured = [line for line in self.lines if not line.dashed] or self.lines
+        values = [y for line in measured for y in line.y] + [y for _, y in self.references]
         self.y_divisor, shown = numbers.axis(values, self.y_unit)
         self.y_title = f"{self.y_label} ({shown})" if shown else self.y_label
 
@@ -179,8 +180,11 @@ class _Scale:
 
 def _bounds(fig: Figure) -> tuple[float, float, float, float]:
     xs = [x for ln in fig.lines for x in ln.x if x > 0 or not fig.x_log]
-    ys = [y for ln in fig.lines for y in (ln.high or ln.y)] + [y for _, y in fig.references]
-    ys += [y for ln in fig.lines for y in (ln.low or ln.y)]
+    # The y-range comes from the measured lines: a dashed ideal (linear scaling) far above them is clipped at the
+    # top rather than squashing the data into the bottom of the chart.
+    measured = [ln for ln in fig.lines if not ln.dashed] or fig.lines
+    ys = [y for ln in measured for y in (ln.high or ln.y)] + [y for _, y in fig.references]
+    ys += [y for ln in measured for y in (ln.low or ln.y)]
     x0, x1 = (min(xs), max(xs)) if xs else (1.0, 10.0)
     if fig.x_log:
         x0, x1 = (x0 / 1.5, x1 * 1.5) if x0 != x1 else (x0 / 2, x1 * 2)
@@ -236,8 +240,12 @@ def svg(fig: Figure, *, standalone: bool = False) -> str:
         parts.append(f'<line class="reference" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{py:.1f}" y2="{py:.1f}" '
                      f'stroke="#4b5563" stroke-width="1.5" stroke-dasharray="2 4"><title>{escape(label)}: '
                      f"{escape(fig.y_text(value))}</title></line>")  # fmt: skip
+    clip = f"plot-{abs(hash((fig.title, fig.y_label, len(fig.lines)))) % 10**9}"
+    parts.append(f'<clipPath id="{clip}"><rect x="{LEFT}" y="{TOP}" width="{WIDTH - LEFT - RIGHT}" '
+                 f'height="{plot_bottom - TOP}"/></clipPath><g clip-path="url(#{clip})">')  # fmt: skip
     for i, line in enumerate(fig.lines):
         parts.append(_line(line, sx, sy, colors[i], fig))
+    parts.append("</g>")
     for row, (label, i) in enumerate(legend):
         parts.append(_legend_entry(label, colors[i] if i >= 0 else "#4b5563", row,
                                    dashed=i < 0 or fig.lines[i].dashed))  # fmt: skip

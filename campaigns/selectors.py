@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import statistics
 from collections import defaultdict
 from datetime import datetime, timedelta
@@ -156,6 +157,7 @@ def campaign_preview(*, campaign: Campaign, max_points: int = 50, nodes: list[An
         if index >= max_points:
             break
         points.append({"point": index, "params": params, "hosts": _point_commands(campaign, benchmark, params, nodes)})
+    _explain_helpers(points)
     return {
         "points": planning.point_count(campaign.matrix, campaign.fixed, campaign.rules),
         "runs": planning.run_count(
@@ -169,8 +171,47 @@ def campaign_preview(*, campaign: Campaign, max_points: int = 50, nodes: list[An
         "warmup_runs": campaign.warmup_runs,
         "nodes": [n.name for n in nodes],
         "flush": {"clients": campaign.flush_clients, "storage": campaign.flush_storage},
+        "uses_mpi": benchmark.uses_mpi,
         "shown": points,
     }
+
+
+def _explain_helpers(points: list[dict[str, Any]]) -> None:
+    """For the preview pages: each host's real commands (the ``argv`` lists of a helper's JSON plan, such as the
+    iperf3 servers and clients the iperf helper starts) as ``planned``, and its files as ``helper_files``, each
+    file's text given once in the whole preview and named "the same as" where it repeats."""
+    seen: dict[tuple[str, str], str] = {}
+    for point in points:
+        for host in point["hosts"]:
+            planned, helpers = [], []
+            for name, content in host["files"].items():
+                planned += _planned_argvs(content)
+                where = f"point {point['point']} on {host['host']}"
+                first = seen.setdefault((name, content), where)
+                helpers.append({"name": name, "content": content if first == where else "", "same_as": first})
+            host["planned"], host["helper_files"] = planned, helpers
+
+
+def _planned_argvs(content: str) -> list[str]:
+    try:
+        plan = json.loads(content)
+    except ValueError:
+        return []
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            argv = node.get("argv")
+            if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
+                found.append(shlex.join(argv))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(plan)
+    return found
 
 
 def describe(values: list[float]) -> dict[str, float | int | None]:

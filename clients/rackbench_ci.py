@@ -491,9 +491,9 @@ def _rows(t: Tracked) -> list[tuple[str, ...]]:
         (
             t.name,
             point_label(item),
-            f"{item.get('metric', '?')}" + (f" ({item['unit']})" if item.get("unit") else ""),
-            _num(_mean(item.get("baseline"))),
-            _num(_mean(item.get("candidate"))),
+            f"{item.get('metric', '?')}",  # the values carry the unit
+            _num(_mean(item.get("baseline")), item.get("unit", "")),
+            _num(_mean(item.get("candidate")), item.get("unit", "")),
             "-" if item.get("change_pct") is None else f"{item['change_pct']:+.1f}%",
             _p(item.get("p_value")),
             str(item.get("outcome", "?")),
@@ -569,16 +569,172 @@ def _mean(stats: Any) -> float | None:
     return stats.get("mean") if isinstance(stats, dict) else None
 
 
-def _num(value: Any) -> str:
+def _num(value: Any, unit: str = "") -> str:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return "-"
-    return f"{value:.0f}" if abs(value) >= 10000 else f"{value:.5g}"
+    return quantity(value, unit or "")
 
 
 def _p(value: Any) -> str:
     if not isinstance(value, (int, float)):
         return "-"
     return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+# --- numbers ----------------------------------------------------------------------------------------------------
+# A copy of rackbench's one number formatter (common/numbers.py: quantity and what it uses), so that this file
+# stands alone; tests/test_ci_client.py checks the two agree on a wide range of values and units.
+
+_DASH = "-"
+
+# unit as stored -> (family, factor to the family's base unit)
+_UNITS: dict[str, tuple[str, float]] = {
+    # byte rates, decimal
+    "B/s": ("byte_rate", 1.0), "bytes/s": ("byte_rate", 1.0), "kB/s": ("byte_rate", 1e3), "KB/s": ("byte_rate", 1e3),
+    "MB/s": ("byte_rate", 1e6), "GB/s": ("byte_rate", 1e9), "TB/s": ("byte_rate", 1e12),
+    # byte rates, binary
+    "KiB/s": ("byte_rate_iec", 1024.0), "MiB/s": ("byte_rate_iec", 1024.0**2), "GiB/s": ("byte_rate_iec", 1024.0**3),
+    # bit rates
+    "bit/s": ("bit_rate", 1.0), "bits/s": ("bit_rate", 1.0), "bps": ("bit_rate", 1.0),
+    "kbit/s": ("bit_rate", 1e3), "Mbit/s": ("bit_rate", 1e6), "Mb/s": ("bit_rate", 1e6), "Mbps": ("bit_rate", 1e6),
+    "Gbit/s": ("bit_rate", 1e9), "Gb/s": ("bit_rate", 1e9), "Gbps": ("bit_rate", 1e9),
+    # sizes: plain bytes (memory, files) and binary multiples in IEC, decimal multiples in SI
+    "B": ("bytes_iec", 1.0), "bytes": ("bytes_iec", 1.0), "KiB": ("bytes_iec", 1024.0),
+    "MiB": ("bytes_iec", 1024.0**2), "GiB": ("bytes_iec", 1024.0**3), "TiB": ("bytes_iec", 1024.0**4),
+    "kB": ("bytes_si", 1e3), "KB": ("bytes_si", 1e3), "MB": ("bytes_si", 1e6), "GB": ("bytes_si", 1e9),
+    "TB": ("bytes_si", 1e12),
+    # time
+    "ns": ("time", 1e-9), "us": ("time", 1e-6), "µs": ("time", 1e-6), "ms": ("time", 1e-3), "s": ("time", 1.0),
+    "min": ("time", 60.0), "h": ("time", 3600.0),
+    # physical
+    "Hz": ("frequency", 1.0), "kHz": ("frequency", 1e3), "MHz": ("frequency", 1e6), "GHz": ("frequency", 1e9),
+    "W": ("power", 1.0), "kW": ("power", 1e3),
+    "%": ("percent", 1.0),
+    "C": ("celsius", 1.0), "°C": ("celsius", 1.0),
+}  # fmt: skip
+
+_SI = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
+_IEC = ((1024.0**4, "Ti"), (1024.0**3, "Gi"), (1024.0**2, "Mi"), (1024.0, "Ki"), (1.0, ""))
+# family -> (prefixes, unit after the prefix)
+_PREFIXED = {
+    "byte_rate": (_SI, "B/s"),
+    "byte_rate_iec": (_IEC, "B/s"),
+    "bit_rate": (_SI, "bit/s"),
+    "bytes_iec": (_IEC, "B"),
+    "bytes_si": (_SI, "B"),
+    "frequency": (_SI, "Hz"),
+    "power": (_SI, "W"),
+}
+# time: (seconds at or above which this unit is used, unit, seconds per unit), largest first
+_TIME = ((7200.0, "h", 3600.0), (600.0, "min", 60.0), (1.0, "s", 1.0), (1e-3, "ms", 1e-3), (1e-6, "µs", 1e-6),
+         (0.0, "ns", 1e-9))  # fmt: skip
+# a unit with no prefix family whose values are counts of things (shown as integers when they are whole)
+_COUNTS = {"", "count", "elements", "ranks", "nodes", "results", "samples", "epochs", "packets", "gpus", "GPUs"}
+
+
+def family(unit: str) -> str:
+    """The unit family of ``unit``: byte_rate, bit_rate, bytes_iec, time, percent, rate (of things), count..."""
+    if unit in _UNITS:
+        return _UNITS[unit][0]
+    if unit.endswith("/s") or unit == "IOPS":
+        return "rate"
+    return "count" if unit in _COUNTS else "other"
+
+
+def significant(value: float, digits: int = 3) -> str:
+    """``value`` with ``digits`` significant digits, fixed point (never an exponent), thousands separated."""
+    if value == 0:
+        return "0"
+    magnitude = math.floor(math.log10(abs(value)))
+    decimals = max(digits - 1 - magnitude, 0)
+    text = f"{value:,.{decimals}f}"
+    # rounding can add a digit (9.996 -> "10.00"): say it with the right number of digits
+    if decimals and len(text.replace(",", "").replace("-", "").replace(".", "").lstrip("0")) > digits:
+        text = f"{value:,.{decimals - 1}f}"
+    return text
+
+
+def _prefixed(base: float, prefixes: tuple[tuple[float, str], ...], suffix: str) -> tuple[str, str]:
+    step = prefixes[-2][0]  # 1000 or 1024
+    for factor, prefix in prefixes:
+        if abs(base) >= factor or factor == 1.0:
+            mantissa = base / factor
+            text = significant(mantissa)
+            # 999.7 MB/s rounds to "1,000": one prefix up reads better ("1.00 GB/s")
+            if abs(float(text.replace(",", ""))) >= step and factor != prefixes[0][0]:
+                index = [f for f, _ in prefixes].index(factor)
+                factor, prefix = prefixes[index - 1]
+                text = significant(base / factor)
+            return text, prefix + suffix
+    raise AssertionError("unreachable: the last prefix has factor 1")
+
+
+def _time(seconds: float) -> tuple[str, str]:
+    if seconds == 0:
+        return "0", "s"
+    size = abs(seconds)
+    for i, (floor, unit, per) in enumerate(_TIME):
+        if size >= floor:
+            text = significant(seconds / per)
+            if unit in ("ns", "µs", "ms") and abs(float(text.replace(",", ""))) >= 1000:  # 999.7 µs -> "1.00 ms"
+                _, unit, per = _TIME[i - 1]
+                text = significant(seconds / per)
+            return text, unit
+    raise AssertionError("unreachable: the last time unit has floor 0")
+
+
+def _counted(value: float, suffix: str) -> tuple[str, str]:
+    """Things and rates of things: up to 9,999 in plain digits (whole counts exact), then k, M, G."""
+    suffix = "" if suffix == "count" else suffix
+    if abs(value) < 9_999.5:
+        if float(value).is_integer():
+            return f"{int(value):,}", suffix
+        return significant(value, 4 if abs(value) >= 1000 else 3), suffix
+    for factor, prefix in _SI:
+        if abs(value) >= factor:
+            text = significant(value / factor)
+            if abs(float(text.replace(",", ""))) >= 1000 and factor != _SI[0][0]:
+                factor, prefix = _SI[[f for f, _ in _SI].index(factor) - 1]
+                text = significant(value / factor)
+            return text + prefix, suffix
+    raise AssertionError("unreachable")
+
+
+def split(value: Any, unit: str = "", *, network: bool = False) -> tuple[str, str]:
+    """``value`` (in ``unit``) as (number text, display unit); (_DASH, "") for nothing or a non-number."""
+    if value is None or isinstance(value, bool) or value == "":
+        return _DASH, ""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value), unit
+    if not math.isfinite(number):
+        return _DASH, ""
+    unit = unit or ""
+    kind = family(unit)
+    if kind in ("byte_rate", "byte_rate_iec") and network:
+        number, kind = number * _UNITS[unit][1] * 8, "bit_rate"
+        unit = "bit/s"
+    if kind in _PREFIXED:
+        prefixes, suffix = _PREFIXED[kind]
+        return _prefixed(number * _UNITS[unit][1], prefixes, suffix)
+    if kind == "time":
+        return _time(number * _UNITS[unit][1])
+    if kind == "percent":
+        return significant(number), "%"
+    if kind == "celsius":
+        return significant(number), "°C"
+    if kind in ("rate", "count"):
+        return _counted(number, unit)
+    return _counted(number, unit) if float(number).is_integer() else (significant(number, 4), unit)
+
+
+def quantity(value: Any, unit: str = "", *, network: bool = False) -> str:
+    """``value`` (in ``unit``) as one readable text: "2.14 GB/s", "7.71 ms", "1.23M IOPS", "—" for nothing."""
+    text, shown = split(value, unit, network=network)
+    if not shown:
+        return text
+    return f"{text}{shown}" if shown == "%" else f"{text} {shown}"
 
 
 # --- JUnit XML --------------------------------------------------------------------------------------------------
@@ -654,20 +810,19 @@ def _item_details(item: Mapping[str, Any], verdict: Mapping[str, Any]) -> str:
     against = f" ({baseline.get('name')} #{baseline.get('id')})" if isinstance(baseline, dict) else ""
     lines = [
         f"{item.get('metric')} [{item.get('unit', '')}, {better} is better] at {point_label(item)}: {change}",
-        f"baseline{against}: {_stats(item.get('baseline'))}",
-        f"candidate: {_stats(item.get('candidate'))}",
+        f"baseline{against}: {_stats(item.get('baseline'), item.get('unit', ''))}",
+        f"candidate: {_stats(item.get('candidate'), item.get('unit', ''))}",
         f"p={item.get('p_value')} ({item.get('test', '?')}); policy: {json.dumps(verdict.get('policy', {}))}",
         str(item.get("reason", "")),
     ]
     return "\n".join(lines)
 
 
-def _stats(stats: Any) -> str:
+def _stats(stats: Any, unit: str = "") -> str:
     if not isinstance(stats, dict):
         return "none"
-    return " ".join(
-        f"{k}={_num(stats.get(k)) if k != 'n' else stats.get(k)}" for k in ("n", "mean", "stdev", "min", "max", "cv")
-    )
+    shown = {k: _num(stats.get(k), unit) for k in ("mean", "stdev", "min", "max")}
+    return " ".join([f"n={stats.get('n')}", *(f"{k}={v}" for k, v in shown.items()), f"cv={_num(stats.get('cv'))}"])
 
 
 def _count(element: ET.Element) -> None:

@@ -20,7 +20,18 @@ from django.utils.html import format_html
 
 from inventory import importers, services
 from inventory.forms import CredentialForm, NodeImportForm
-from inventory.models import Credential, HostKey, Interface, Node, Site, StorageCommandChange, StorageSystem, Tag
+from inventory.models import (
+    Credential,
+    HostKey,
+    Interface,
+    Node,
+    NodeRole,
+    NodeStatus,
+    Site,
+    StorageCommandChange,
+    StorageSystem,
+    Tag,
+)
 
 
 @admin.register(Site)
@@ -128,6 +139,8 @@ class NodeAdmin(admin.ModelAdmin):
             "form": form,
             "import_errors": errors,
             "columns": importers.COLUMNS,
+            "roles": NodeRole.values,
+            "statuses": NodeStatus.values,
         }
         return TemplateResponse(request, "admin/inventory/node/import.html", context)
 

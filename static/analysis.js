@@ -51,8 +51,10 @@
     out.toBlob(function (blob) { download(blob, (spec.title || "chart").replace(/[^A-Za-z0-9_.-]+/g, "-") + ".png"); });
   }
 
-  function yRange(u, min, max, refs, bars) {  // from zero, holding the references and the visible error bars
-    var low = Math.min(0, min), high = Math.max.apply(null, [max].concat(refs)), xs = u.data[0];
+  function yRange(u, min, max, refs, bars, solid) {  // from zero, holding the references, the visible error bars
+    // and the measured lines: a dashed ideal line far above them is clipped, not allowed to squash them
+    var top = isFinite(solid) ? solid : max;
+    var low = Math.min(0, min), high = Math.max.apply(null, [top].concat(refs)), xs = u.data[0];
     var x0 = u.scales.x.min == null ? -Infinity : u.scales.x.min, x1 = u.scales.x.max == null ? Infinity : u.scales.x.max;
     bars.forEach(function (bar) {
       if (!u.series[bar.index].show) return;
@@ -98,6 +100,11 @@
     var keep = spec.data[0].map(function (x) { return !spec.x_log || x > 0; });  // a log axis has no place for x <= 0
     var kept = function (col) { return col.filter(function (_, i) { return keep[i]; }); };
     var data = spec.data.map(kept), refs = spec.references.map(function (r) { return r.y; });
+    var solidMax = -Infinity;  // the highest value of the measured (not dashed) lines
+    spec.series.forEach(function (s, i) {
+      if (s.dashed) return;
+      data[i + 1].forEach(function (v) { if (v != null && v > solidMax) solidMax = v; });
+    });
     var series = [{ label: spec.x_label, value: function (u, v) { return fmt(v, binary); } }], bars = [], bands = [];
     spec.series.forEach(function (s, i) {
       var low = s.low ? kept(s.low) : null, high = s.high ? kept(s.high) : null;
@@ -126,7 +133,7 @@
       width: Math.max(320, box.clientWidth || 800), height: 340, series: series,
       scales: {
         x: { time: false, distr: spec.x_log ? 3 : 1, log: binary ? 2 : 10 },
-        y: { range: function (u, min, max) { return yRange(u, min, max, refs, bars); } }
+        y: { range: function (u, min, max) { return yRange(u, min, max, refs, bars, solidMax); } }
       },
       axes: [
         { label: spec.x_label + (spec.x_log ? " (log scale)" : ""), values: function (u, v) { return v.map(function (x) { return fmt(x, binary); }); } },

@@ -54,6 +54,8 @@ def chart(series: Series, *, start_ns: int, end_ns: int) -> Chart:
         return (ts - start_ns) * WIDTH / span_t
 
     def y_px(v: float) -> float:
+        if high == low:  # a constant series: a line across the middle, not lost on the bottom edge
+            return HEIGHT / 2
         return HEIGHT - (v - low) * HEIGHT / span_y
 
     return Chart(series=series, window=window, band=band_points(t, lo, hi, x_px, y_px), low=low, high=high)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -121,3 +122,14 @@ def test_the_shared_minmax_helper_buckets_like_the_run_page_and_leaves_short_ser
         band_points([0, 1], [0, 0], [1, 1], lambda v: v * 10, lambda v: 100 - v)
         == "0.0,99.0 10.0,99.0 10.0,100.0 0.0,100.0"
     )
+
+
+def test_a_linear_ideal_far_above_the_data_is_clipped_not_allowed_to_squash_it() -> None:
+    measured = charts.Line("fio", [1, 2, 4, 8], [1.0e9, 1.2e9, 1.3e9, 1.35e9])
+    ideal = charts.Line("fio · linear", [1, 2, 4, 8], [1.0e9, 2.0e9, 4.0e9, 8.0e9], dashed=True, color_of=0)
+    figure = charts.Figure("bw", "nodes", "bw_bytes", [measured, ideal], y_unit="B/s")
+    svg = charts.svg(figure)
+    ticks = [float(t) for t in re.findall(r'text-anchor="end" class="tick">([0-9.]+)</text>', svg)]
+    assert max(ticks) < 2.0  # the axis ends near the data's 1.35 GB/s, not at the ideal's 8 GB/s
+    assert 'clip-path="url(#plot-' in svg and "<clipPath" in svg  # the ideal line is cut at the plot's edge
+    assert figure.y_title == "bw_bytes (GB/s)"

@@ -184,7 +184,7 @@ def test_it_reports_a_regression_as_a_failure_with_the_numbers() -> None:
     assert failure.get("message") == RANDREAD_IOPS["reason"]
     text = failure.text or ""
     assert "-10.0%" in text
-    assert "n=3 mean=412000" in text and "n=3 mean=371000" in text
+    assert "n=3 mean=412k IOPS" in text and "n=3 mean=371k IOPS" in text
     assert "p=3e-05 (welch-t)" in text
     assert "fio-nvme-baseline #41" in text
 
@@ -241,14 +241,15 @@ def test_it_prints_an_aligned_summary_table() -> None:
         "fio-nvme-ci",
         "rw=randread,bs=4k",
         "iops",
-        "(IOPS)",
-        "412000",
-        "371000",
+        "412k",
+        "IOPS",
+        "371k",
+        "IOPS",
         "-10.0%",
         "<0.001",
         "regression",
     ]
-    assert table[1].split()[4:] == ["3116.7", "3116.5", "-0.0%", "0.910", "pass"]
+    assert table[1].split()[3:] == ["3.12", "GB/s", "3.12", "GB/s", "-0.0%", "0.910", "pass"]
     # Text columns start where their header starts; numbers end where their header ends.
     outcome_at = table[0].index("outcome")
     change_end = table[0].index("change") + len("change")
@@ -528,7 +529,7 @@ def test_it_exits_1_on_a_regression_verdict(api: FakeApi, tmp_path: Path, capsys
     assert code == 1
     body = api.sent("POST", "/api/v1/campaigns/7/verdict/")[0].body
     assert body == {"baseline": 41, "threshold_pct": 3.0, "alpha": 0.01}
-    assert "iops (IOPS)" in capsys.readouterr().out
+    assert "412k IOPS" in capsys.readouterr().out
 
 
 def test_it_exits_2_when_the_campaign_fails(api: FakeApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -738,3 +739,19 @@ def test_a_healthy_fleet_passes_and_without_the_option_the_fleet_is_not_asked(
     assert "nodes: none below the fleet" in capsys.readouterr().out
     assert run(api, tmp_path) == 0
     assert len([r for r in api.requests if "/fleet/" in r.path]) == 1
+
+
+def test_its_numbers_read_as_on_the_pages() -> None:
+    """The client carries a copy of common/numbers.py (it must stand alone): the two agree everywhere."""
+    from common import numbers
+
+    units = ["B/s", "MB/s", "MiB/s", "GB/s", "bit/s", "Mbit/s", "B", "MiB", "kB", "ns", "us", "ms", "s", "min",
+             "MHz", "W", "%", "C", "IOPS", "ops/s", "img/s", "count", "ranks", "packets", "ratio", ""]  # fmt: skip
+    for unit in units:
+        for exponent in range(-10, 14):
+            for mantissa in (1.0, 1.23456, 9.996, 99.97, 999.7):
+                for value in (mantissa * 10.0**exponent, -mantissa * 10.0**exponent):
+                    assert ci.quantity(value, unit) == numbers.quantity(value, unit), (value, unit)
+        assert ci.quantity(0, unit) == numbers.quantity(0, unit)
+    rows = ci._rows(judged(verdict(RANDREAD_IOPS)))
+    assert rows[0][3:5] == ("412k IOPS", "371k IOPS")

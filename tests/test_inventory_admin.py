@@ -326,3 +326,10 @@ def test_campaigns_and_runs_are_shown_read_only_in_the_admin(admin_client: Clien
         page = admin_client.get(reverse(f"admin:campaigns_{model}_change", args=[obj.pk]))
         assert page.status_code == 200 and 'type="submit"' not in page.content.decode().split("</header>")[-1]
         assert admin_client.get(reverse(f"admin:campaigns_{model}_add")).status_code == 403
+
+
+def test_the_import_help_lists_the_allowed_roles_and_statuses(admin_client: Client) -> None:
+    page = admin_client.get(reverse("admin:inventory_node_import")).content.decode()
+    for value in ("compute", "storage-client", "login", "other"):
+        assert f"<code>{value}</code>" in page
+    assert "<code>active</code>" in page

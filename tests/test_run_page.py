@@ -97,6 +97,8 @@ def test_the_run_page_reads_headline_then_hosts_then_telemetry(owner: Any, measu
     assert "1 idle series (zero throughout)" in page
     drawn = page[charts:]
     assert drawn.count("<polygon") == 1 and "1 idle series not drawn" in drawn  # eth1 is named, not drawn
+    band = drawn[drawn.index('<polygon points="') + 17 :].split('"')[0]
+    assert {p.split(",")[1] for p in band.split()} == {"45.0"}  # a constant rate: mid-height, not on the edge
     assert 'class="time-axis"' in drawn and ">0 s</span>" in drawn and ">59.0 s</span>" in drawn
     assert "1.00 Gbit/s – 1.00 Gbit/s" in drawn  # the caption's range, in the NIC's unit
 
@@ -112,3 +114,19 @@ def test_the_demo_campaign_samples_telemetry_every_second() -> None:
     demo = yaml.safe_load((Path(__file__).parent.parent / "examples/campaigns/demo-fio.yaml").read_text())
     config = validate_telemetry(demo["telemetry"])
     assert config["enabled"] and config["interval"] == "1s" and "net" in config["groups"]
+
+
+@pytest.mark.django_db
+def test_statistics_never_say_no_results_yet_once_runs_have_succeeded(owner: Any, team: Any) -> None:
+    node_upsert(name="n1", address="10.0.0.1", team=team)
+    data = {"name": "hosts-only", "kind": "fio", "nodes": ["n1"], "repetitions": 3, "fixed": {"rw": "read"}}
+    campaign = campaign_launch(campaign=campaign_apply(data=data, team=team))
+    from campaigns.models import RunStatus
+
+    campaign.runs.update(status=RunStatus.SUCCEEDED)
+    for run in campaign.runs.all():  # each host's numbers, no aggregate across hosts
+        Result.objects.create(run=run, name="read_bw_bytes", value=1e9, unit="B/s", host="n1")
+    client = Client()
+    client.force_login(owner)
+    page = client.get(f"/campaigns/{campaign.pk}/").content.decode()
+    assert "No results yet" not in page and "3 runs succeeded, but none stored a metric aggregated" in page

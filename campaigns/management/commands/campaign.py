@@ -8,11 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import Avg, F
 
 from campaigns import selectors, services
 from campaigns.models import Campaign, CampaignStatus
 from campaigns.spec import SpecError, load_yaml, to_yaml
 from common import numbers
+from common import progress as progress_text
 
 
 class Command(BaseCommand):
@@ -100,18 +102,30 @@ class Command(BaseCommand):
             raise CommandError(f"campaign {campaign.name} {campaign.status}")
 
     def _wait(self, campaign: Campaign, timeout: float) -> Campaign:
+        """Follow the campaign to its end: a progress bar with ETA on a terminal, plain lines in a log."""
         started = time.monotonic()
         last = None
+        tty = self.stdout.isatty()
         while True:
             campaign.refresh_from_db()
             progress = selectors.campaign_progress(campaign=campaign)
-            line = f"{campaign.status}: {progress['done']}/{progress['total']} runs done " + " ".join(
-                f"{s}={n}" for s, n in sorted(progress["by_status"].items())
-            )
-            if line != last:
-                self.stdout.write(line)
-                last = line
+            done, total = progress["done"], progress["total"]
+            mean = campaign.runs.filter(finished_at__isnull=False, started_at__isnull=False).aggregate(
+                mean=Avg(F("finished_at") - F("started_at"))
+            )["mean"]
+            eta = selectors.eta_seconds(mean=mean, total=total, done=done)
+            counts = " ".join(f"{s}={n}" for s, n in sorted(progress["by_status"].items()))
+            if tty:
+                self.stdout.write(f"\r{progress_text.bar(done, total, eta_s=eta)}  {campaign.status}\x1b[K", ending="")
+                self.stdout.flush()
+            else:
+                line = f"{campaign.status}: {progress_text.line(done, total, eta_s=eta, detail=counts)}"
+                if line != last:
+                    self.stdout.write(line)
+                    last = line
             if campaign.is_terminal:
+                if tty:
+                    self.stdout.write("")
                 return campaign
             if timeout and time.monotonic() - started > timeout:
                 raise CommandError(f"gave up waiting after {timeout:g} s; the campaign goes on")

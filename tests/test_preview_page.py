@@ -1,0 +1,31 @@
+"""The preview of a campaign whose plug-in runs a helper (iperf3): each host's real commands first, the helper's
+files folded and given once, and no mpirun wording for a benchmark that uses no MPI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from campaigns.services import campaign_apply
+from inventory.services import node_upsert
+
+
+@pytest.mark.django_db
+def test_the_iperf3_preview_shows_the_real_commands_and_each_helper_file_once(owner: Any, team: Any) -> None:
+    for i in (1, 2):
+        node_upsert(name=f"n{i}", address=f"10.0.0.{i}", team=team)
+    data = {"name": "pairs", "kind": "iperf3", "nodes": ["n1", "n2"], "fixed": {"topology": "pairs", "duration": 3},
+            "matrix": {"parallel": [1, 4, 16]}}  # fmt: skip
+    campaign = campaign_apply(data=data, team=team)
+    client = Client()
+    client.force_login(owner)
+    page = client.get(f"/campaigns/{campaign.pk}/preview/").content.decode()
+
+    first_host = page[page.index('<div class="host-head">') :]
+    assert first_host.index("iperf3 ") < first_host.index("python3 ")  # the real command before the helper's
+    assert 'data-testid="planned"' in page and "-c 10.0.0." in page  # the client's own iperf3 command
+    assert page.count("import subprocess") == 1  # the helper's source, once for the whole preview
+    assert "the same as point 0 on" in page and "<details" in page
+    assert "mpirun" not in page
