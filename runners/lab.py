@@ -481,6 +481,9 @@ def _ensure_client_key(root: Path, account: LabAccount) -> None:
         _check_readable_by(authorized, pwd.getpwnam(account.user).pw_uid)
 
 
+MAX_LAB_KEYS = 20  # identity files named in the lab user's ~/.ssh/config
+
+
 def _ensure_node_to_node_ssh(account: LabAccount, nodes: list[LabNode]) -> None:
     """Let the lab user SSH from one lab node to another, as mpirun does, with every host key pinned.
 
@@ -502,7 +505,15 @@ def _ensure_node_to_node_ssh(account: LabAccount, nodes: list[LabNode]) -> None:
         if line.split(" ", 1)[0] not in ours
     ]
     known_hosts.write_text("\n".join(kept + [f"{host} {key_text}" for host, key_text in ours.items()]) + "\n")
-    keys = sorted(p.name for p in ssh_dir.glob("rackbench-lab-*"))
+    # This lab's key first (ssh offers them in this order, so its own logins succeed at the first try), then the
+    # other labs' most recent ones: ssh refuses a config naming more than 100, and labs on random ports (tests)
+    # leave theirs behind.
+    others = sorted(
+        (p for p in ssh_dir.glob("rackbench-lab-*") if p.name != key.name),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    keys = [key.name] + [p.name for p in others[: MAX_LAB_KEYS - 1]]
     config = "# Written by rackbench (manage.py lab up): lab nodes reach each other with pinned host keys.\n"
     config += "Host *\n  StrictHostKeyChecking yes\n  BatchMode yes\n"
     config += "".join(f"  IdentityFile ~/.ssh/{name}\n" for name in keys)
