@@ -59,7 +59,16 @@ def verdict_rows(verdict: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 class ScopedMixin:
-    """Views that see through the request's scope (built once per request by ``scope_for``)."""
+    """Views that see through the request's scope (built once per request by ``scope_for``). Errors are always
+    the one JSON shape, whatever format was asked for (a CSV export's 404 is JSON, as documented)."""
+
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        response = super().finalize_response(request, response, *args, **kwargs)  # type: ignore[misc]
+        failed = isinstance(response, Response) and response.status_code >= 400
+        if failed and not isinstance(response.accepted_renderer, JSONRenderer):
+            response.accepted_renderer = JSONRenderer()
+            response.accepted_media_type = "application/json"
+        return response
 
     @property
     def scope(self) -> Scope:
