@@ -576,7 +576,10 @@ PermitRootLogin no
 MaxSessions 64
 MaxStartups 200
 # No AcceptEnv: nothing from the client's environment reaches a session.
-SetEnv {MARKER}={node_dir}
+# Open MPI's daemons (orted 4.1) share their hwloc topology through a segment mapped into a "hole" of their address
+# space; on these VMs that write crashed orted now and then (SIGSEGV in hwloc_shmem_topology_write). Without a hole
+# they read the topology themselves: binding works as before.
+SetEnv {MARKER}={node_dir} OMPI_MCA_rtc_hwloc_vmhole=none
 PrintMotd no
 PrintLastLog no
 LogLevel ERROR
