@@ -230,3 +230,48 @@ def test_the_seed000_iperf_preset_runs_the_appendixs_storage_network_test(dgx: N
     argv = json.loads(point["hosts"][0]["files"]["clients.json"])["clients"][0]["argv"]
     assert (flows, seconds) == (8, {"900"})
     assert argv[argv.index("-t") + 1] == "900" and argv[argv.index("-P") + 1] == str(flows)
+
+
+def paper_fio_parameters(number: str, part: str) -> set[str]:
+    """Seed 003's "specific FIO configuration parameters" list as job-file lines for one configuration ("1024k
+    for bandwidth test, 4k for IOPS test" gives the part's value), fio's long option names spelled short."""
+    text = seed_text(number)
+    start = text.index("specific FIO configuration parameters")
+    lines = set()
+    for key, value in re.findall(r"^- (\w+) = (.+)$", text[start : text.index("Figure 9", start)], re.M):
+        chosen = [v.split(" for ")[0] for v in value.split(", ") if v.endswith(f"for {part} test")]
+        lines.add(f"{FIO_SPELLINGS.get(key, key)}={chosen[0] if chosen else value.strip()}")
+    return lines
+
+
+FIO_SPELLINGS = {"blocksize": "bs"}  # fio reads either name; rackbench writes bs
+
+
+@pytest.fixture
+def a100() -> None:
+    for i in range(1, 5):
+        node_upsert(name=f"a100-{i}", address=f"10.3.0.{i}", tags=["a100"], gpu_count=8)
+    storage_upsert(name="aff", kind="nfs", data_addresses=["10.4.0.1"], export_path="/vol")
+
+
+@needs_seeds
+@pytest.mark.parametrize("slug", ["seed003-ontap-fio", "seed003-ontap-validation"])
+def test_the_seed003_fio_presets_write_the_papers_parameters(a100: None, slug: str) -> None:
+    """Seed 003: ioengine, direct, blocksize, numjobs, iodepth and size as listed, for 100% reads and 100% writes on
+    one, two and four DGX A100s. The job file adds only what a job file needs: where the data goes and the
+    read/write mode ([global] directory, rw)."""
+    campaigns = services.preset_instantiate(slug=slug, name=f"fio-{slug}", node_tags=["a100"], storage="aff")
+    seen = set()
+    for campaign in (c for c in campaigns if c.kind == "fio"):
+        part = "IOPS" if campaign.fixed["numjobs"] == 180 else "bandwidth"
+        preview = selectors.campaign_preview(campaign=campaign, max_points=1000)
+        for point in preview["shown"]:
+            assert len(point["hosts"]) == point["params"]["nodes"]
+            for host in point["hosts"]:
+                (text,) = (t for n, t in host["files"].items() if n.endswith(".fio"))
+                lines = set().union(*job_sections(text).values())
+                ours = {"directory=<1 mounts>", f"rw={point['params']['rw']}"}
+                assert lines == paper_fio_parameters("003", part) | ours
+            seen.add((part, point["params"]["rw"], point["params"]["nodes"]))
+    assert {(p, n) for p, _, n in seen} == {(p, n) for p in ("bandwidth", "IOPS") for n in (1, 2, 4)}
+    assert len(seen) == 12  # reads and writes of each
