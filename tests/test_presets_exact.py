@@ -275,3 +275,73 @@ def test_the_seed003_fio_presets_write_the_papers_parameters(a100: None, slug: s
             seen.add((part, point["params"]["rw"], point["params"]["nodes"]))
     assert {(p, n) for p, _, n in seen} == {(p, n) for p in ("bandwidth", "IOPS") for n in (1, 2, 4)}
     assert len(seen) == 12  # reads and writes of each
+
+
+def paper_docker_run(number: str) -> list[str]:
+    """The paper's container start ("ssh host \\ ... "/usr/sbin/sshd ; sleep infinity""), without "ssh host";
+    seed 001's text has a page footer (a link) inside the command, left out."""
+    text = seed_text(number)
+    start = text.index("ssh host \\")
+    body = text[start : text.index('"/usr/sbin/sshd ; sleep infinity"', start) + 33]
+    lines = [line.strip().rstrip("\\").strip() for line in body.splitlines()]
+    return shlex.split(" ".join(line for line in lines if line and not line.startswith("http")))[2:]
+
+
+def docker_options(argv: list[str]) -> set[tuple[str, str]]:
+    """A docker run's options as (flag, value) pairs ("--network=host" and "--network host" alike); the command,
+    the container's name, the image and what follows it are compared apart."""
+    run = argv.index("run")
+    options: set[tuple[str, str]] = set()
+    i = run + 1
+    while i < len(argv) and argv[i].startswith("-"):
+        flag, equals, value = argv[i].partition("=")
+        if equals or flag in DOCKER_SWITCHES:
+            options.add((flag, value))
+            i += 1
+        else:
+            options.add((flag, argv[i + 1]))
+            i += 2
+    return options
+
+
+DOCKER_SWITCHES = {"--rm", "--detach", "--privileged", "--init"}
+# How rackbench's start differs from the papers', each with its reason:
+DOCKER_DIFFERENCES = {
+    ("--rm", ""),  # rackbench removes the container itself (docker rm -f before the start and at the end)
+    ("--name", "tf"),  # each campaign's container has its own name
+    ("--gpus", "all"),  # seed 000's nvidia-docker gives every GPU; docker 19.03+ says it with --gpus all
+    ("--init", ""),  # a init process reaps the sshd sessions' children
+    ("-v", "<keys>:/rackbench-keys:ro"),  # the campaign's ssh keys (the papers baked a key pair into the image)
+    ("-e", "RACKBENCH_SSH_PORT=2222"),  # the image's entrypoint starts sshd on this port (the papers' sed)
+}
+
+
+@needs_seeds
+@pytest.mark.parametrize(
+    ("number", "slug"),
+    [
+        ("000", "seed000-tf-training"),
+        ("000", "seed000-storage-read"),
+        ("001", "seed001-tf-training"),
+    ],
+)
+def test_the_training_presets_start_the_papers_container(dgx: None, number: str, slug: str) -> None:
+    """Seeds 000 and 001 start one container per node with sshd on port 2222, from an image built FROM
+    nvcr.io/nvidia/tensorflow:19.09-py3. rackbench's image is docker/bench-node built FROM the same NGC image (no
+    key inside; its entrypoint runs sshd, where the papers' command ends with bash -c "/usr/sbin/sshd ; sleep
+    infinity"); every option of the papers' docker run is in rackbench's, the differences listed above."""
+    from plugins.containers import get_runtime, spec_from_dict
+
+    tag = "dgx2" if number == "000" else "gce"
+    for campaign in services.preset_instantiate(slug=slug, name=f"ctr{slug}", node_tags=[tag], storage="isilon"):
+        spec = spec_from_dict(campaign.container)
+        _, run = get_runtime(spec.runtime).start_argv(spec, name="tf", key_dir="/keys")
+        ours = docker_options([a.replace("/keys:", "<keys>:") for a in run])
+        paper = paper_docker_run(number)
+        assert ours - DOCKER_DIFFERENCES == docker_options(paper) - DOCKER_DIFFERENCES
+        assert paper[-3:] == ["bash", "-c", "/usr/sbin/sshd ; sleep infinity"]
+        assert paper[-4] == "user/tensorflow:19.09-py3-custom" and "FROM nvcr.io/nvidia/tensorflow:19.09-py3" in (
+            seed_text(number)
+        )
+        assert run[-1] == "rackbench/bench-node:tf-19.09" and spec.ssh_port == 2222
+        assert campaign.fixed["mpi_ssh_port"] == 2222  # the papers' -mca plm_rsh_args "-p 2222"
