@@ -345,3 +345,32 @@ def test_the_training_presets_start_the_papers_container(dgx: None, number: str,
         )
         assert run[-1] == "rackbench/bench-node:tf-19.09" and spec.ssh_port == 2222
         assert campaign.fixed["mpi_ssh_port"] == 2222  # the papers' -mca plm_rsh_args "-p 2222"
+
+
+@needs_seeds
+def test_the_seed000_storage_read_preset_reads_the_papers_datasets_with_its_mpirun(dgx: None) -> None:
+    """The paper prints no command for its TensorFlow Storage Benchmark: the preset reads the training runs'
+    datasets (the 150x set of the printed --data_dir flags; the 148 GB set under /ifs/data/imagenet-scratch/
+    tfrecords/train-*) and starts its ranks with the training runs' mpirun, less the NCCL variables."""
+    text = seed_text("000")
+    paper_150x = re.findall(r"--data_dir=/mnt/isilon\d+/(\S+?) ?\\?$", text, re.M)
+    paper_148gb = re.findall(r"/ifs/(data/imagenet-scratch/tfrecords)/(train)-\d+-of-\d+", text)
+    paper_mpi = normalised(paper_mpirun("000"))[0]
+    paper_mpi = paper_mpi[: paper_mpi.index("./round_robin_mpi.py")]
+    isilon, cache = services.preset_instantiate(slug="seed000-storage-read", name="sr", node_tags=["dgx2"],
+                                                storage="isilon")  # fmt: skip
+    assert {isilon.fixed["subdir"]} == set(paper_150x) and paper_150x  # isilon1, isilon2 ... isilon16
+    assert {(cache.fixed["subdir"], cache.fixed["pattern"].rstrip("-*"))} == set(paper_148gb)
+    for campaign in (isilon, cache):
+        for point in selectors.campaign_preview(campaign=campaign)["shown"]:
+            argv = shlex.split(point["hosts"][0]["command"].split(" && ", 1)[1])
+            mpirun = argv[argv.index("mpirun") : argv.index("python3")]
+            if "--preload-files" in mpirun:  # rackbench's: its reader scripts copied to the other nodes
+                at = mpirun.index("--preload-files")
+                mpirun = mpirun[:at] + mpirun[at + 2 :]
+            ours = normalised(mpirun)
+            ranks = 16 * point["params"]["nodes"]  # the paper's -n 48 is its 3 DGX-2s
+            at = paper_mpi.index("-n") + 1
+            wanted = [*paper_mpi[:at], str(ranks), *paper_mpi[at + 1 :]]
+            assert ours == (wanted, set(), ",".join(["16"] * point["params"]["nodes"]))
+            assert "--sync" in argv and argv[argv.index("--dir") + 1].endswith(campaign.fixed["subdir"])
