@@ -374,3 +374,46 @@ def test_the_seed000_storage_read_preset_reads_the_papers_datasets_with_its_mpir
             wanted = [*paper_mpi[:at], str(ranks), *paper_mpi[at + 1 :]]
             assert ours == (wanted, set(), ",".join(["16"] * point["params"]["nodes"]))
             assert "--sync" in argv and argv[argv.index("--dir") + 1].endswith(campaign.fixed["subdir"])
+
+
+def paper_table_flags(number: str) -> dict[str, list[str]]:
+    """Seed 004's Table 1 as tf_cnn_benchmarks flags per model: {"resnet152": ["--batch_size=64", ...], ...}."""
+    text = seed_text(number)
+    table = text[text.index("\tRESNET152") : text.index("TABLE 1.")]
+    models = [m.lower() for m in table.splitlines()[0].split()]
+    flags: dict[str, list[str]] = {m: [] for m in models}
+    for name, cells in re.findall(r"\((\w+)\)</b>((?:\t<b>\d+</b>)+)", table):
+        for model, value in zip(models, re.findall(r"\d+", cells), strict=True):
+            flags[model].append(f"--{name.lower()}={value}")
+    return flags
+
+
+@needs_seeds
+@pytest.mark.parametrize("slug", ["seed004-roce-vs-tcp", "seed004-data-sources"])
+def test_the_seed004_presets_pass_the_papers_table_and_nccl_variables(slug: str) -> None:
+    """Seed 004 prints no command line; it prints Table 1 (batch size, batch_group_size, num_inter_threads per
+    model), "100 training iterations" with distortions disabled, and NCCL_IB_DISABLE=1 with NCCL_SOCKET_IFNAME=bond0
+    for TCP (RoCE being NCCL's default). Each point's command carries exactly those."""
+    text = seed_text("004")
+    table = paper_table_flags("004")
+    tcp = {v.replace("\\_", "_") for v in re.findall(r"\*\*(NCCL[\\\w]+=\w+)\*\*", text)}
+    assert "100 training iterations" in text and "distortions – image pre-processing steps – disabled" in text
+    assert len(table) == 4 and all(len(flags) == 3 for flags in table.values()) and len(tcp) == 2
+    for i in range(1, 5):
+        node_upsert(name=f"dgx1-{i}", address=f"10.5.0.{i}", tags=["dgx1"], gpu_count=8)
+    storage_upsert(name="flashblade", kind="nfs", data_addresses=["10.6.0.1"], export_path="/fb")
+    seen = set()
+    for campaign in services.preset_instantiate(slug=slug, name="s4", node_tags=["dgx1"], storage="flashblade"):
+        for point in selectors.campaign_preview(campaign=campaign, max_points=1000)["shown"]:
+            argv = preview_mpirun(campaign, **point["params"])
+            program = argv[argv.index("-u") + 2 :]
+            model = point["params"]["model"]
+            assert [a for a in program if a.split("=")[0] in {f.split("=")[0] for f in table[model]}] == table[model]
+            assert "--num_batches=100" in program and "--nodistortions" in program
+            _, env, _ = normalised(argv)
+            if point["params"].get("env.NCCL_IB_DISABLE") == 1:
+                assert tcp <= env
+            else:  # RoCE: NCCL's default (rackbench may spell NCCL_IB_DISABLE=0 out)
+                assert not {e.split("=")[0] for e in env} & {"NCCL_SOCKET_IFNAME"} and "NCCL_IB_DISABLE=1" not in env
+            seen.add(model)
+    assert seen == set(table)
