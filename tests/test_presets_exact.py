@@ -14,6 +14,7 @@ import pytest
 
 from campaigns import selectors, services
 from campaigns.models import Campaign
+from campaigns.presets import preset_get
 from inventory.services import node_upsert, storage_upsert
 
 pytestmark = pytest.mark.django_db
@@ -417,3 +418,21 @@ def test_the_seed004_presets_pass_the_papers_table_and_nccl_variables(slug: str)
                 assert not {e.split("=")[0] for e in env} & {"NCCL_SOCKET_IFNAME"} and "NCCL_IB_DISABLE=1" not in env
             seen.add(model)
     assert seen == set(table)
+
+
+@needs_seeds
+def test_the_seed002_presets_cover_what_the_paper_measures(dgx: None) -> None:
+    """Seed 002 prints no fio option: its Figure 2 reads sequentially and randomly, buffered and direct, from a single
+    thread ("single thread performance") to 80 threads ("when 80 threads are used"); Figure 3 the same reads by node.
+    The presets sweep exactly that, and say that the rest is rackbench's."""
+    text = seed_text("002")
+    most = int(re.search(r"when (\d+) threads are used", text).group(1))  # type: ignore[union-attr]
+    assert "single thread performance of sequential reads" in text and "buffered" in text and "Direct I/O" in text
+    for slug in ("seed002-read-by-thread", "seed002-read-by-node"):
+        (campaign,) = services.preset_instantiate(slug=slug, name=slug, node_tags=["gce"], storage="isilon")
+        points = [p["params"] for p in selectors.campaign_preview(campaign=campaign, max_points=1000)["shown"]]
+        assert {(p["rw"], p["direct"]) for p in points} == {(rw, d) for rw in ("read", "randread") for d in (0, 1)}
+        assert "prints no command line" in preset_get(slug).description  # type: ignore[union-attr]
+        if slug.endswith("thread"):
+            assert {p["nodes"] for p in points} == {1}
+            assert min(p["numjobs"] for p in points) == 1 and max(p["numjobs"] for p in points) == most
