@@ -436,3 +436,26 @@ def test_the_seed002_presets_cover_what_the_paper_measures(dgx: None) -> None:
         if slug.endswith("thread"):
             assert {p["nodes"] for p in points} == {1}
             assert min(p["numjobs"] for p in points) == 1 and max(p["numjobs"] for p in points) == most
+
+
+@needs_seeds
+@pytest.mark.parametrize(
+    "slug", ["seed003-ontap-fio", "seed003-ontap-mdtest", "seed003-ontap-nccl", "seed003-ontap-mlperf",
+             "seed003-ontap-validation"],
+)  # fmt: skip
+def test_the_seed003_presets_use_the_papers_nodes_mounts_and_containers(a100: None, slug: str) -> None:
+    """Seed 003 runs every test "with one, two, and four DGX A100 systems", mounts the FlexGroup with nConnect=8 and
+    rsize/wsize 262144, and lists its containers in Table 2: mxnet:20.06-py3 for MLPerf, tensorflow:20.05-tf2-py3
+    for the other tests (rackbench's images are docker/bench-node built FROM them, tagged after them)."""
+    text = seed_text("003")
+    assert "with one, two, and four DGX A100 systems" in text
+    mount = {m.lower() for m in re.findall(r"(nConnect=\d+)|(rsize=\d+)|(wsize=\d+)", text) for m in m if m}
+    containers = re.search(r"nvcr.io/nvidia/mxnet:(\S+) – Mlperf test tensorflow:(\S+) – other tests", text)
+    assert mount == {"nconnect=8", "rsize=262144", "wsize=262144"} and containers
+    for campaign in services.preset_instantiate(slug=slug, name="c3", node_tags=["a100"], storage="aff"):
+        assert dict(campaign.matrix)["nodes"] == [1, 2, 4]
+        if campaign.mounts:
+            assert mount <= set(campaign.mounts["options"].split(","))
+        framework, version = ("mxnet", containers[1]) if campaign.kind == "mlperf_resnet" else ("tf", containers[2])
+        tag = version.removesuffix("-py3")
+        assert campaign.container["image"] == f"rackbench/bench-node:{framework}-{tag}"
