@@ -36,7 +36,7 @@ def test_every_preset_instantiates_and_previews(inventory: None, preset: str) ->
 
 
 def test_a_suite_creates_one_campaign_per_part(inventory: None) -> None:
-    created = services.preset_instantiate(slug="seed003-ontap-fio", name="ontap", nodes=["dgx1"], storage="nas")
+    created = services.preset_instantiate(slug="seed003-ontap-fio", name="ontap", node_tags=["dgx"], storage="nas")
 
     assert [c.name for c in created] == ["ontap-bandwidth", "ontap-iops"]
     assert created[0].fixed["numjobs"] == 120 and created[1].fixed["numjobs"] == 180
