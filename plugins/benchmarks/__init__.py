@@ -9,6 +9,7 @@ from plugins.benchmarks import (
     mlperf,  # noqa: F401
     nccl,  # noqa: F401
     nvidia_smi,  # noqa: F401
+    perftest,  # noqa: F401
     pytorch_resnet,  # noqa: F401
     storage_read,  # noqa: F401
     tf_cnn,  # noqa: F401
