@@ -1,6 +1,7 @@
 """Benchmark plug-ins. Importing this package registers every kind."""
 
 from plugins.benchmarks import (
+    command,  # noqa: F401
     fio,  # noqa: F401
     horovod_synthetic,  # noqa: F401
     ior,  # noqa: F401
