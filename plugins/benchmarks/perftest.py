@@ -14,7 +14,8 @@ list, with the iperf3 plug-in's pairing:
 
 Every host runs one main command, a small helper (``rackbench_perftest.py``, Python 3.6+) that runs the host's steps
 in order from a JSON plan. Step ``k`` listens on ``port + k``, so a client can never reach a server of another step;
-a client whose server is not listening yet is started again until ``connect_timeout`` seconds have passed. Campaign
+a client whose server is not listening yet is started again for up to ``connect_timeout`` + ``timeout`` seconds (its
+partner may still be in its previous test, which ``timeout`` bounds). Campaign
 values reach the nodes only as argv elements inside that plan.
 
 Metrics, per client host, peer (the server) and message size (labels ``{"peer": name, "size": bytes}``, and

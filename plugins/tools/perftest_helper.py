@@ -5,9 +5,9 @@
 Each step is a server (a perftest program without an address: it waits for one client, runs the test, exits) or a
 client (the same program with the server's address). Both hosts of a pair reach their step in the same order, so the
 steps keep in step without a clock: a client whose server is not listening yet fails to connect and is started again
-until ``wait`` seconds have passed; a step still running after ``wait + timeout`` seconds is killed (its partner
-failed). Before each step's output it prints ``#rackbench-perftest {...}`` (role, peer, step, exit code, the end of
-its stderr), which is how the plug-in's parser tells the sections apart.
+(for up to ``wait + timeout`` seconds: its partner may still be in its previous test); a step still running past its
+limit is killed (its partner failed). Before each step's output it prints ``#rackbench-perftest {...}`` (role, peer,
+step, exit code, the end of its stderr), which is how the plug-in's parser tells the sections apart.
 
 It runs on the hosts with their own python3 (3.6 and later): standard library only; every command is an argv list
 from the plan, nothing goes through a shell.
@@ -61,9 +61,11 @@ def run_once(argv, limit):
 
 
 def run_step(step, wait, timeout):
+    """A partner may still be in its previous test (up to ``timeout``) before it reaches this step (within ``wait``):
+    a client tries again for that long, a server waits that long for its client and then runs the test."""
     if step["role"] == "server":
-        return run_once(step["argv"], wait + timeout)
-    deadline = time.time() + wait
+        return run_once(step["argv"], wait + 2 * timeout)
+    deadline = time.time() + wait + timeout
     while True:
         code, out, err = run_once(step["argv"], wait + timeout)
         refused = code != 0 and any(text in out + err for text in NOT_LISTENING)
