@@ -4,6 +4,7 @@ versions (see fixtures/perftest/SOURCES.md), aggregation, and the helper run for
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -311,3 +312,76 @@ def test_the_helper_retries_a_client_until_its_server_listens(tmp_path):
     assert (tmp_path / "tries").read_text() == "3"
     metrics = get_benchmark("perftest").parse(done.stdout, host="n0")
     assert value(metrics, "bw_avg_bps", 65536, host="n0") == pytest.approx(392.34e9)
+
+
+# A stand-in for a perftest program where no RDMA device exists: it keeps perftest's exchange (a server takes one
+# client on its -p port and exits; a client that finds nothing listening fails with perftest's own message) and
+# prints a result table in perftest's format, with the pair in the bandwidth so each result can be told apart.
+STAND_IN = r"""#!PYTHON
+import os, socket, sys
+args = sys.argv[1:]
+port = int(args[args.index("-p") + 1])
+me = os.environ["STAND_IN_ADDRESS"]
+client = not args[-1].startswith("-") and args[-2] != "-p"
+table = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n"
+table += " 65536      5000   {0}   {0}   0.1\n" + "-" * 87 + "\n"
+if client:
+    s = socket.socket()
+    s.bind((me, 0))
+    try:
+        s.connect((args[-1], port))
+    except OSError:
+        sys.stderr.write(" Unable to open file descriptor for socket connection\n")
+        sys.stderr.write(" Unable to init the socket connection\n")
+        sys.exit(1)
+    s.sendall(me.encode())
+    s.recv(64)
+    print(table.format(me.split(".")[-1] + "." + args[-1].split(".")[-1]))
+else:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((me, port))
+    s.listen(1)
+    c, _ = s.accept()
+    peer = c.recv(64).decode()
+    c.sendall(b"ok")
+    print(table.format(me.split(".")[-1] + "." + peer.split(".")[-1]))
+"""
+
+
+@pytest.mark.parametrize(("topology", "count"), [("pairs", 4), ("all_pairs", 3), ("all_pairs", 4)])
+def test_the_helpers_of_all_hosts_keep_in_step_and_measure_every_planned_pair(perftest, tmp_path, topology, count):
+    """Every host's helper at once, on loopback addresses 127.0.0.2.., with the stand-in on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    program = bin_dir / "ib_write_bw"
+    program.write_text(STAND_IN.replace("PYTHON", sys.executable))
+    program.chmod(0o755)
+    run_hosts = tuple(HostInfo(name=f"n{i}", address=f"127.0.0.{i + 2}") for i in range(count))
+    port = 20000 + (os.getpid() % 20000)  # tests of other worktrees run on this machine too
+    procs = []
+    for i in range(count):
+        command = perftest.build({"topology": topology, "port": port, "connect_timeout": 30, "timeout": 30},
+                                 context(i, run_hosts))  # fmt: skip
+        assert isinstance(command, HostCommand)
+        home = tmp_path / f"n{i}"
+        home.mkdir()
+        for name, content in command.files.items():
+            (home / name).write_text(content)
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "STAND_IN_ADDRESS": run_hosts[i].address}
+        procs.append(subprocess.Popen([sys.executable, *command.argv[1:]], cwd=home, env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))  # fmt: skip
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outputs]
+    measured = {}
+    for i, (out, _) in enumerate(outputs):
+        for m in perftest.parse(out, host=f"n{i}"):
+            if m.name == "bw_avg_bps":
+                measured[(m.host, m.labels["peer"])] = m.value
+    if topology == "pairs":
+        expected = {("n0", "n1"), ("n2", "n3")}
+    else:
+        expected = {(f"n{a}", f"n{b}") for a in range(count) for b in range(count) if a != b}
+    assert set(measured) == expected
+    for (client, server), bps in measured.items():  # the client's own table, of its own pair
+        assert bps == pytest.approx(float(f"{int(client[1:]) + 2}.{int(server[1:]) + 2}") * 1e9)
