@@ -10,10 +10,10 @@ reaches this Django-free module through a port (``set_allow_list``) that the inv
 until then nothing is allowed.
 
 ``patterns`` declares the metrics: text, one ``NAME[UNIT]=REGEX`` a line (``mem_total[KiB]=^MemTotal:\\s+(\\d+) kB``),
-or the same as ``{name: {"regex": ..., "unit": ...}}``. The host runs the program through a
-small helper (``rackbench_command.py``, Python 3.6+, the argv from a JSON plan, no shell) that passes its output
-through and then matches each regex line by line, on the node (so a costly regex costs the node, never the worker):
-the first match gives the metric, from the group named ``value`` or else the first group (digits with an optional
+or the same as ``{name: {"regex": ..., "unit": ...}}``. The host runs the program through a small helper
+(``rackbench_command.py``, Python 3.6+, the argv from a JSON plan, no shell) that passes its output through and then
+matches each regex line by line, on the node (so a costly regex costs the node, never the worker): the first match
+gives the metric, from the group named ``value`` or else the first group (digits with an optional
 sign, decimals, exponent and thousands commas). A declared pattern that matches nothing fails the run: a check whose
 number is missing has not passed. Every host whose program exited 0 also reports ``passed`` (1); a non-zero exit
 fails the run with the program's last lines, as for every plug-in.
@@ -160,7 +160,7 @@ def _patterns(value: Any) -> list[_Pattern]:
 
 
 PARAMS: dict[str, tuple[parameters.Check, Any]] = {
-    "command": (parameters.matching(r"[a-z0-9][a-z0-9_-]{0,63}", "the name of an allowed command"), None),
+    "command": (parameters.matching(r"[A-Za-z0-9_-]{1,64}", "the name of an allowed command"), None),  # a slug
     "args": (_args, []),
     "patterns": (_patterns, {}),
 }
