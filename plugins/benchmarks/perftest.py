@@ -22,9 +22,10 @@ Metrics, per client host, peer (the server) and message size (labels ``{"peer": 
 ``round`` for all_pairs): bandwidth tests give ``bw_peak_bps`` and ``bw_avg_bps`` (bit/s: perftest prints MB/sec and
 MiB/sec, both 2^20 bytes, or Gb/sec, 10^9 bits, with ``--report_gbits``) and ``msg_rate`` (messages/s; printed in
 Mpps); a peak perftest printed as 0.00 next to a non-zero average was not measured (duration mode, the receiving side
-of send tests) and is left out. Latency tests give ``latency_min_s``, ``latency_max_s``, ``latency_typical_s``
-(perftest's median), ``latency_avg_s``, ``latency_stdev_s``, ``latency_p99_s`` and ``latency_p999_s`` in seconds
-(printed in usec), each one only where the version prints its column. ``aggregate`` gives per size the sum of the
+of send tests) and is left out; with ``bidirectional`` perftest prints both directions together, and so they are
+stored. Latency tests give ``latency_min_s``, ``latency_max_s``, ``latency_typical_s`` (perftest's median),
+``latency_avg_s``, ``latency_stdev_s``, ``latency_p99_s`` and ``latency_p999_s`` in seconds (printed in usec), each
+one only where the version prints its column. ``aggregate`` gives per size the sum of the
 average bandwidths and message rates of pairs that ran at once (the median flow's for all_pairs) and the median
 latencies.
 
@@ -96,7 +97,7 @@ _SUMMED = ("bw_avg_bps", "msg_rate")  # simultaneous pairs add up; everything el
 _DEVICE = parameters.matching(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}", "an RDMA device name such as mlx5_0", max_length=64)
 _SIZE = parameters.size(1, 2**31, units="kmg")
 
-# Every parameter a campaign may set: (check, default, perftest option); None: perftest's own default, not passed.
+# Every parameter a campaign may set: (check, default); None: perftest's own default (the option is not passed).
 PARAMS: dict[str, tuple[parameters.Check, Any]] = {
     "test": (parameters.choice(*BANDWIDTH_TESTS, *LATENCY_TESTS), "ib_write_bw"),
     "topology": (parameters.choice(*TOPOLOGIES), "pairs"),
