@@ -21,6 +21,7 @@ from django.utils.html import format_html
 from inventory import importers, services
 from inventory.forms import CredentialForm, NodeImportForm
 from inventory.models import (
+    AllowedCommand,
     Credential,
     HostKey,
     Interface,
@@ -175,6 +176,31 @@ class StorageCommandChangeAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: StorageCommandChange | None = None) -> bool:
         return False
+
+
+@admin.register(AllowedCommand)
+class AllowedCommandAdmin(admin.ModelAdmin):
+    """The command step's allow-list: what campaigns may run on nodes. Only superusers change it; staff read it."""
+
+    list_display = ["name", "program", "fixed_args", "max_args", "arg_pattern", "changed_by", "changed_at"]
+    search_fields = ["name", "program", "description"]
+    readonly_fields = ["changed_by", "changed_at"]
+
+    def has_view_permission(self, request: HttpRequest, obj: AllowedCommand | None = None) -> bool:
+        return bool(request.user.is_active and request.user.is_staff)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_active and request.user.is_superuser)
+
+    def has_change_permission(self, request: HttpRequest, obj: AllowedCommand | None = None) -> bool:
+        return bool(request.user.is_active and request.user.is_superuser)
+
+    def has_delete_permission(self, request: HttpRequest, obj: AllowedCommand | None = None) -> bool:
+        return bool(request.user.is_active and request.user.is_superuser)
+
+    def save_model(self, request: HttpRequest, obj: AllowedCommand, form: ModelForm, change: bool) -> None:
+        obj.changed_by = request.user  # type: ignore[assignment]
+        super().save_model(request, obj, form, change)
 
 
 @admin.register(HostKey)

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from django.core.exceptions import ValidationError
 
+from plugins.benchmarks import command as command_step
+
 NODES = re.compile(r"^(all|[0-9]{1,4}([,-][0-9]{1,4}){0,63})$")
 ISI_FLUSH_OPTION = re.compile(r"^-[123k]{1,4}$")  # isi_flush -1, -2, -3, -k and their combinations (-123k)
 LUSTRE_LRU = re.compile(r"^ldlm\.namespaces\.[A-Za-z0-9_*.-]{1,100}\.lru_size=clear$")
@@ -162,3 +164,31 @@ def validate_export_path(value: str) -> None:
 def validate_mount_options(value: str) -> None:
     if value and not MOUNT_OPTIONS.match(value):
         raise ValidationError("must be mount options such as rsize=1048576,nolock,nconnect=8")
+
+
+# --- the generic command step's allow-list (inventory.models.AllowedCommand) --------------------------------------
+
+
+def _field(check: Callable[[object], object], value: object) -> None:
+    try:
+        check(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
+
+
+def _words(value: object) -> list[str]:
+    if not isinstance(value, list):
+        raise ValueError('must be a list of arguments, e.g. ["diag", "-r", "1"]')
+    return [command_step.check_word(v) for v in value]
+
+
+def validate_step_program(value: str) -> None:
+    _field(command_step.check_program, value)
+
+
+def validate_step_words(value: object) -> None:
+    _field(_words, value)
+
+
+def validate_step_pattern(value: str) -> None:
+    _field(command_step.check_pattern, value)

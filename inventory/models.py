@@ -18,6 +18,9 @@ from inventory.commands import (
     validate_host,
     validate_mount_options,
     validate_stats_command,
+    validate_step_pattern,
+    validate_step_program,
+    validate_step_words,
 )
 
 
@@ -261,3 +264,39 @@ class HostKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.address}:{self.port} {self.key_type} {self.fingerprint}"
+
+
+class AllowedCommand(models.Model):
+    """A program the generic command step (benchmark kind "command") may run on nodes. Admins (superusers) keep the
+    list in the admin; campaigns only pick an entry by name and add at most ``max_args`` arguments, each matching
+    ``arg_pattern`` in full (``plugins.benchmarks.command``)."""
+
+    name = models.SlugField(max_length=64, unique=True, help_text="what campaigns give as the command parameter")
+    program = models.CharField(
+        max_length=255, validators=[validate_step_program], help_text="a program name (uname) or an absolute path"
+    )
+    fixed_args = models.JSONField(
+        default=list, blank=True, validators=[validate_step_words], help_text='arguments always given, e.g. ["diag"]'
+    )
+    max_args = models.PositiveSmallIntegerField(default=0, help_text="further arguments a campaign may add")
+    arg_pattern = models.CharField(
+        max_length=200,
+        blank=True,
+        validators=[validate_step_pattern],
+        help_text="a regular expression each further argument must match in full, e.g. -r|[1-4]",
+    )
+    description = models.CharField(max_length=200, blank=True)
+    changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    changed_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        if self.max_args and not self.arg_pattern:
+            raise ValidationError({"arg_pattern": "further arguments need a pattern they must match"})

@@ -7,7 +7,8 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from accounts.models import Membership
-from inventory.models import Credential, Node, StorageSystem
+from inventory.models import AllowedCommand, Credential, Node, StorageSystem
+from plugins.benchmarks.command import AllowedProgram
 
 
 def node_list() -> QuerySet[Node]:
@@ -66,3 +67,17 @@ def credential_usable(*, user: Any, team_ids: list[int] | None) -> QuerySet[Cred
     if getattr(user, "is_staff", False):
         usable |= Q(team=None)
     return rows.filter(usable)
+
+
+def allowed_command(name: str) -> AllowedProgram | None:
+    """The command step's allow-list entry of that name (the plug-in's port, set in ``InventoryConfig.ready``)."""
+    row = AllowedCommand.objects.filter(name=name).first()
+    if row is None:
+        return None
+    return AllowedProgram(
+        name=row.name, argv=(row.program, *row.fixed_args), max_args=row.max_args, arg_pattern=row.arg_pattern
+    )
+
+
+def allowed_command_names() -> list[str]:
+    return list(AllowedCommand.objects.order_by("name").values_list("name", flat=True))

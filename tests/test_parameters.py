@@ -23,6 +23,7 @@ PLUGINS: dict[str, tuple[dict[str, Any], str, str]] = {
     "tf_cnn_benchmarks": ({"script": TF_CNN}, "use_fp16", "batch_size"),
     "pytorch_resnet": ({"script": "/opt/resnet/main.py"}, "amp", "batch_size"),
     "nccl": ({}, "mpi_tag_output", "iters"),
+    "perftest": ({}, "rdma_cm", "iterations"),
     "mlperf_resnet": ({"script": "/opt/mlperf/train.py", "data_dir": "/data"}, "mpi_tag_output", "batch_size"),
 }
 BOOLEANS_ACCEPTED = [(True, True), (False, False), ("true", True), ("false", False), (1, True), (0, False)]

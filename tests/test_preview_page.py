@@ -29,3 +29,20 @@ def test_the_iperf3_preview_shows_the_real_commands_and_each_helper_file_once(ow
     assert page.count("import subprocess") == 1  # the helper's source, once for the whole preview
     assert "the same as point 0 on" in page and "<details" in page
     assert "mpirun" not in page
+
+
+@pytest.mark.django_db
+def test_the_perftest_preview_shows_each_hosts_server_and_client_commands(owner: Any, team: Any) -> None:
+    for i in (1, 2):
+        node_upsert(name=f"n{i}", address=f"10.0.0.{i}", team=team)
+    data = {"name": "rdma", "kind": "perftest", "nodes": ["n1", "n2"], "fixed": {"device": "mlx5_0", "gid_index": 3},
+            "matrix": {"test": ["ib_write_bw", "ib_send_lat"]}}  # fmt: skip
+    campaign = campaign_apply(data=data, team=team)
+    client = Client()
+    client.force_login(owner)
+    page = client.get(f"/campaigns/{campaign.pk}/preview/").content.decode()
+
+    assert "ib_write_bw -d mlx5_0 -x 3 --report_gbits -F -p 18515 10.0.0.2" in page  # n1, the client
+    assert "ib_write_bw -d mlx5_0 -x 3 --report_gbits -F -p 18515\n" in page  # n2, its server
+    assert "ib_send_lat -d mlx5_0 -x 3 --report_gbits -F -p 18515 10.0.0.2" in page
+    assert "mpirun" not in page
