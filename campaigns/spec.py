@@ -10,6 +10,8 @@ Format (see examples/campaigns/ and the README)::
     storage: lab-local                # optional storage system (its flush command, export path)
     repetitions: 3
     warmup_runs: 0                    # per matrix point, run first and left out of statistics
+    statistic: median                 # a point's repetitions summed up by mean (default) or median, in show,
+                                      # charts, compare, verdicts and exports alike (seed 004: the median of 3)
     cache: {flush_clients: true, flush_storage: true}
     timeout: 600                      # seconds per run
     fixed: {bs: 1M, size: 64M}        # parameters of every run
@@ -48,8 +50,9 @@ from plugins.telemetry import validate_telemetry
 TOP_LEVEL = {
     "name", "description", "kind", "nodes", "node_tags", "storage", "repetitions", "warmup_runs", "cache",
     "timeout", "fixed", "matrix", "env", "zip", "exclude", "overrides", "derived", "mounts", "container",
-    "launcher", "family", "verdict", "telemetry",
+    "launcher", "family", "verdict", "telemetry", "statistic",
 }  # fmt: skip
+STATISTICS = ("mean", "median")  # campaigns.models.Statistic: what a point's repetitions are summed up by
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CACHE_KEYS = {"flush_clients", "flush_storage"}
 SCALAR = (str, int, float, bool)
@@ -170,6 +173,7 @@ def validate(data: dict[str, Any]) -> dict[str, Any]:
         "rules": rules,
         "family": _family(data.get("family")),
         "verdict": _verdict(data.get("verdict")),
+        "statistic": _statistic(data.get("statistic")),
     }
     if not isinstance(spec["storage"], str):
         raise SpecError("storage", "must be the name of a storage system")
@@ -187,6 +191,14 @@ def _family(value: Any) -> str:
     if not isinstance(value, str) or not NAME_RE.match(value):
         raise SpecError("family", "letters, digits, '.', '_' or '-', up to 100 characters")
     return value
+
+
+def _statistic(value: Any) -> str:
+    if value is None:
+        return "mean"
+    if value not in STATISTICS:
+        raise SpecError("statistic", f"must be one of {', '.join(STATISTICS)}, got {value!r}")
+    return str(value)
 
 
 VERDICT_KEYS = {"threshold_pct", "alpha", "min_repetitions", "rerun_regressions", "metrics", "webhook", "differs_in"}
