@@ -173,6 +173,8 @@ def policy_for(campaign: Campaign, overrides: dict[str, Any] | None = None) -> v
     keys = {"threshold_pct", "alpha", "min_repetitions"}
     data = {k: v for k, v in campaign.verdict.items() if k in keys}
     data.update({k: v for k, v in (overrides or {}).items() if k in keys and v is not None})
+    # The campaign's own statistic, the one its pages and exports show, unless this verdict asks for another.
+    data["statistic"] = (overrides or {}).get("statistic") or campaign.statistic
     return verdicts.Policy.from_mapping(data)
 
 
@@ -225,7 +227,7 @@ def verdict_compute(
         )
         items.append(
             {"point": ref.point, "params": ref.params, "metric": key.metric, "unit": ref.unit,
-             "higher_is_better": better_up, **dataclasses.asdict(judgement)}
+             "higher_is_better": better_up, "statistic": policy.statistic, **dataclasses.asdict(judgement)}
         )  # fmt: skip
     # What the campaign says it is testing (verdict.differs_in: a throttled rate, a new software stack) may differ;
     # anything else that differs makes every item inconclusive, with the difference as the reason.

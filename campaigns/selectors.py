@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import statistics
@@ -103,6 +104,8 @@ def campaign_spec(*, campaign: Campaign) -> dict[str, Any]:
         data["family"] = campaign.family
     if campaign.verdict:
         data["verdict"] = dict(campaign.verdict)
+    if campaign.statistic != "mean":
+        data["statistic"] = campaign.statistic
     return data
 
 
@@ -236,7 +239,8 @@ def _compare_order(row: tuple[str, str]) -> tuple[Any, ...]:
 
 
 def campaign_summary(*, campaign: Campaign) -> list[dict[str, Any]]:
-    """Per matrix point and aggregate metric: statistics over the succeeded repetitions (warm-ups excluded)."""
+    """Per matrix point and aggregate metric: statistics over the succeeded repetitions (warm-ups excluded), and
+    ``value``, the one the campaign sums its points up by (``statistic``: its mean or median)."""
     from campaigns.baselines import metric_label
 
     measured = campaign.runs.filter(status=RunStatus.SUCCEEDED, is_warmup=False)
@@ -259,19 +263,29 @@ def campaign_summary(*, campaign: Campaign) -> list[dict[str, Any]]:
         metric = metric_label(name, labels or {})
         grouped.setdefault((point, metric), {"point": point, "params": params[point], "metric": metric, "unit": unit})
         values[(point, metric)].append(value)
-    return [{**meta, **describe(values[key])} for key, meta in sorted(grouped.items(), key=lambda kv: kv[0])]
+    return [summed_up(describe(values[key]), campaign.statistic, meta)
+            for key, meta in sorted(grouped.items(), key=lambda kv: kv[0])]  # fmt: skip
 
 
-def compare(*, sets: list[tuple[str, Campaign, list[int] | None]], policy: Any = None) -> dict[str, Any]:
+def summed_up(stats: dict[str, Any], statistic: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A summary row or compared cell: ``meta``, the statistic it is summed up by and that statistic's value, then
+    every statistic (``describe``)."""
+    return {**(meta or {}), "statistic": statistic, "value": stats[statistic], **stats}
+
+
+def compare(
+    *, sets: list[tuple[str, Campaign, list[int] | None]], policy: Any = None, statistic: str | None = None
+) -> dict[str, Any]:
     """Side by side: each set (a label, its campaign, and its runs or None for all) against the first one.
 
     Whole campaigns are matched point by point (same parameters); single runs or points, metric by metric.
     Every change is judged like a verdict (campaigns.verdicts), so a change within the spread of the
-    repetitions reads "no significant change" instead of a win or a loss.
+    repetitions reads "no significant change" instead of a win or a loss. Each cell is summed up by ``statistic``
+    (the view's choice), else by the reference campaign's: the statistic its own pages and verdicts use.
     """
     from campaigns import baselines, comparability, verdicts
 
-    policy = policy or verdicts.Policy()
+    policy = dataclasses.replace(policy or verdicts.Policy(), statistic=statistic or sets[0][1].statistic)
     by_point = all(runs is None for _, _, runs in sets)
     columns: list[dict[str, Any]] = []
     tables: list[dict[tuple[str, str], Any]] = []
@@ -303,7 +317,7 @@ def compare(*, sets: list[tuple[str, Campaign, list[int] | None]], policy: Any =
         cells: list[dict[str, Any] | None] = []
         changes: list[dict[str, Any] | None] = []
         for i, found in enumerate(present):
-            cells.append(describe(found.values) if found else None)
+            cells.append(summed_up(describe(found.values), policy.statistic) if found else None)
             if i == 0:
                 changes.append(None)
                 continue
@@ -318,7 +332,8 @@ def compare(*, sets: list[tuple[str, Campaign, list[int] | None]], policy: Any =
             changes.append(change)
         rows.append({"params": first.params if by_point else {}, "metric": row[1], "unit": first.unit,
                      "higher_is_better": better_up, "values": cells, "changes": changes})  # fmt: skip
-    return {"by_point": by_point, "policy": {"threshold_pct": policy.threshold_pct, "alpha": policy.alpha},
+    return {"by_point": by_point, "statistic": policy.statistic,
+            "policy": {"threshold_pct": policy.threshold_pct, "alpha": policy.alpha, "statistic": policy.statistic},
             "columns": columns, "rows": rows}  # fmt: skip
 
 
