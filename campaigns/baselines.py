@@ -18,8 +18,8 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Q, TextField
+from django.db import connection, transaction
+from django.db.models import Aggregate, Avg, Count, FloatField, Max, Min, Q, StdDev, TextField
 from django.db.models.functions import Cast
 
 from campaigns import comparability, dispatch, verdicts
@@ -99,6 +99,84 @@ def campaigns_point_values(
         key = Key(text, metric_label(name, json.loads(labels) if labels not in ("{}", "") else {}))
         found[campaign_id].setdefault(key, Series(point, point_params, unit, [])).values.append(value)
     return found
+
+
+class Median(Aggregate):
+    """PostgreSQL's exact median (percentile_cont(0.5)) of a group's values."""
+
+    function = "percentile_cont"
+    template = "%(function)s(0.5) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = FloatField()
+
+
+class Summary(NamedTuple):
+    """A Series summed up: its repetitions' statistics instead of the repetitions themselves."""
+
+    point: int
+    params: dict[str, Any]
+    unit: str
+    stats: verdicts.Stats
+
+
+def summaries_in_sql() -> bool:
+    """Whether the database aggregates a point's repetitions itself: PostgreSQL has an exact median
+    (percentile_cont); SQLite, the embedded default, has none, so its statistics are computed in Python."""
+    return connection.vendor == "postgresql"
+
+
+def campaigns_point_summaries(
+    *, campaigns: list[Campaign], runs: Iterable[int] | None = None, pooled: bool = False
+) -> dict[int, dict[Key, Summary]] | None:
+    """What ``campaigns_point_values`` gives, summed up in SQL (count, avg, stddev_samp, min, max and the median,
+    one row per campaign, point and metric instead of one per repetition); with ``pooled``, the points of each
+    campaign pooled (key params ""), as a comparison of chosen runs pools them.
+
+    None where SQL cannot answer as the Python path would: a database without an exact median
+    (``summaries_in_sql``), or two points of one campaign with the same axes (their repetitions pool, and medians do
+    not add up)."""
+    if not summaries_in_sql():
+        return None
+    axes = {c.pk: [name for name, _ in c.matrix] for c in campaigns}
+    measured = Run.objects.filter(campaign__in=list(axes), status=RunStatus.SUCCEEDED, is_warmup=False)
+    if runs is not None:
+        measured = measured.filter(pk__in=list(runs))
+    # A point's axes are the same in each of its runs: read them from its first run only.
+    firsts = measured.values("campaign_id", "point").annotate(first=Min("pk")).values("first")
+    points: dict[tuple[int, int], tuple[str, dict[str, Any]]] = {}
+    for campaign_id, point, params in Run.objects.filter(pk__in=firsts).values_list("campaign_id", "point", "params"):
+        point_params = {k: params[k] for k in axes[campaign_id] if k in params}
+        points[campaign_id, point] = (json.dumps(point_params, sort_keys=True), point_params)
+    if not pooled and len({(cid, text) for (cid, _), (text, _) in points.items()}) < len(points):
+        return None
+    group = ["run__campaign_id", "name", "labels_text"] + ([] if pooled else ["run__point"])
+    rows = (
+        Result.objects.filter(run__in=measured, host="")
+        .exclude(labels__has_key="job")
+        .annotate(labels_text=Cast("labels", TextField()))
+        .values(*group)
+        .annotate(n=Count("id"), mean=Avg("value"), stdev=StdDev("value", sample=True), low=Min("value"),
+                  high=Max("value"), median=Median("value"), unit=Max("unit"), first_point=Min("run__point"))
+        .order_by()
+    )  # fmt: skip
+    found: dict[int, dict[Key, Summary]] = defaultdict(dict)
+    for r in rows:
+        campaign_id, labels = r["run__campaign_id"], r["labels_text"]
+        point = r["first_point"] if pooled else r["run__point"]
+        if not pooled and (campaign_id, point) not in points:  # a run that succeeded between the two queries
+            continue
+        text, point_params = ("", {}) if pooled else points[campaign_id, point]
+        key = Key(text, metric_label(r["name"], json.loads(labels) if labels not in ("{}", "") else {}))
+        found[campaign_id][key] = Summary(point, point_params, r["unit"], _sql_stats(r))
+    return found
+
+
+def _sql_stats(row: dict[str, Any]) -> verdicts.Stats:
+    """verdicts.Stats from a row of SQL aggregates, as verdicts.stats_of gives them from the values: a stdev of 0 for
+    one value or identical ones (stddev_samp is NULL for one), no cv for one value or a zero mean."""
+    n, mean, low, high = row["n"], row["mean"], row["low"], row["high"]
+    stdev = 0.0 if n < 2 or low == high else row["stdev"]
+    cv = stdev / abs(mean) if n > 1 and mean != 0 else None
+    return verdicts.Stats(n=n, mean=mean, stdev=stdev, min=low, max=high, cv=cv, median=row["median"])
 
 
 def higher_is_better(kind: str, metric: str, unit: str) -> bool:

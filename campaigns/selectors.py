@@ -274,34 +274,29 @@ def summed_up(stats: dict[str, Any], statistic: str, meta: dict[str, Any] | None
 
 
 def compare(
-    *, sets: list[tuple[str, Campaign, list[int] | None]], policy: Any = None, statistic: str | None = None
+    *,
+    sets: list[tuple[str, Campaign, list[int] | None]],
+    policy: Any = None,
+    statistic: str | None = None,
+    in_sql: bool | None = None,
 ) -> dict[str, Any]:
     """Side by side: each set (a label, its campaign, and its runs or None for all) against the first one.
 
     Whole campaigns are matched point by point (same parameters); single runs or points, metric by metric.
     Every change is judged like a verdict (campaigns.verdicts), so a change within the spread of the
     repetitions reads "no significant change" instead of a win or a loss. Each cell is summed up by ``statistic``
-    (the view's choice), else by the reference campaign's: the statistic its own pages and verdicts use.
+    (the view's choice), else by the reference campaign's: the statistic its own pages and verdicts use. The
+    statistics are aggregated in SQL where the database can (``compared_summaries``; ``in_sql`` forces a path).
     """
     from campaigns import baselines, comparability, verdicts
 
     policy = dataclasses.replace(policy or verdicts.Policy(), statistic=statistic or sets[0][1].statistic)
     by_point = all(runs is None for _, _, runs in sets)
-    columns: list[dict[str, Any]] = []
-    tables: list[dict[tuple[str, str], Any]] = []
-    # Whole campaigns are read together, in one pass; chosen runs or points set by set.
-    together = baselines.campaigns_point_values(campaigns=[c for _, c, _ in sets]) if by_point else {}
-    for label, campaign, runs in sets:
-        columns.append({"label": label, "campaign": campaign.pk, "campaign_name": campaign.name, "runs": runs})
-        table: dict[tuple[str, str], baselines.Series] = {}
-        values = together.get(campaign.pk, {}) if by_point else baselines.point_values(campaign=campaign, runs=runs)
-        for key, series in values.items():
-            cell = (key.params if by_point else "", key.metric)
-            if cell in table:  # several points folded into one column: pool their repetitions
-                table[cell].values.extend(series.values)
-            else:
-                table[cell] = baselines.Series(series.point, series.params, series.unit, list(series.values))
-        tables.append(table)
+    columns: list[dict[str, Any]] = [
+        {"label": label, "campaign": campaign.pk, "campaign_name": campaign.name, "runs": runs}
+        for label, campaign, runs in sets
+    ]
+    tables = compared_summaries(sets=sets, by_point=by_point, in_sql=in_sql)
     first = sets[0][1]
     configs = comparability.configurations(list({c.pk: c for _, c, _ in sets}.values()))
     for column, (_, campaign, _) in zip(columns, sets, strict=True):
@@ -317,12 +312,12 @@ def compare(
         cells: list[dict[str, Any] | None] = []
         changes: list[dict[str, Any] | None] = []
         for i, found in enumerate(present):
-            cells.append(summed_up(describe(found.values), policy.statistic) if found else None)
+            cells.append(summed_up(_described(found.stats), policy.statistic) if found else None)
             if i == 0:
                 changes.append(None)
                 continue
-            j = verdicts.judge(
-                baseline=base.values if base else [], candidate=found.values if found else [],
+            j = verdicts.judge_stats(
+                baseline=base.stats if base else None, candidate=found.stats if found else None,
                 higher_is_better=better_up, policy=policy, metric=row[1], unit=first.unit,
             )  # fmt: skip
             change = {"change_pct": j.change_pct, "outcome": j.outcome, "p_value": j.p_value, "reason": j.reason}
@@ -335,6 +330,61 @@ def compare(
     return {"by_point": by_point, "statistic": policy.statistic,
             "policy": {"threshold_pct": policy.threshold_pct, "alpha": policy.alpha, "statistic": policy.statistic},
             "columns": columns, "rows": rows}  # fmt: skip
+
+
+def compared_summaries(*, sets: list[tuple[str, Campaign, list[int] | None]], by_point: bool,
+                       in_sql: bool | None = None) -> list[dict[tuple[str, str], Any]]:  # fmt: skip
+    """Per set, its cells ((point parameters or "", metric) -> baselines.Summary): whole campaigns point by point,
+    chosen runs or points pooled metric by metric.
+
+    Aggregated in SQL where the database can (``in_sql`` None: baselines.summaries_in_sql), one row per cell; else,
+    or where SQL cannot pool as asked, from every repetition in Python. Both give the same statistics.
+    """
+    from campaigns import baselines
+
+    campaigns = list({c.pk: c for _, c, _ in sets}.values())
+    if in_sql is not False and (in_sql or baselines.summaries_in_sql()):
+        if by_point:
+            together = baselines.campaigns_point_summaries(campaigns=campaigns)
+            if together is not None:
+                return [{(k.params, k.metric): v for k, v in together.get(c.pk, {}).items()} for _, c, _ in sets]
+        else:
+            pooled = [baselines.campaigns_point_summaries(campaigns=[c], runs=runs, pooled=True) for _, c, runs in sets]
+            if all(p is not None for p in pooled):
+                return [{("", k.metric): v for k, v in (p or {}).get(c.pk, {}).items()}
+                        for p, (_, c, _) in zip(pooled, sets, strict=True)]  # fmt: skip
+    return _compared_in_python(sets=sets, by_point=by_point, campaigns=campaigns)
+
+
+def _compared_in_python(*, sets: list[tuple[str, Campaign, list[int] | None]], by_point: bool,
+                        campaigns: list[Campaign]) -> list[dict[tuple[str, str], Any]]:  # fmt: skip
+    from campaigns import baselines, verdicts
+
+    # Whole campaigns are read together, in one pass; chosen runs or points set by set.
+    together = baselines.campaigns_point_values(campaigns=campaigns) if by_point else {}
+    tables = []
+    for _, campaign, runs in sets:
+        pooled: dict[tuple[str, str], baselines.Series] = {}
+        values = together.get(campaign.pk, {}) if by_point else baselines.point_values(campaign=campaign, runs=runs)
+        for key, series in values.items():
+            cell = (key.params if by_point else "", key.metric)
+            if cell in pooled:  # several points folded into one column: pool their repetitions
+                pooled[cell].values.extend(series.values)
+            else:
+                pooled[cell] = baselines.Series(series.point, series.params, series.unit, list(series.values))
+        table = {}
+        for cell, series in pooled.items():
+            stats = verdicts.stats_of(series.values)
+            if stats is not None:
+                table[cell] = baselines.Summary(series.point, series.params, series.unit, stats)
+        tables.append(table)
+    return tables
+
+
+def _described(stats: Any) -> dict[str, Any]:
+    """A compared cell's statistics, as ``describe`` words them."""
+    return {"n": stats.n, "mean": stats.mean, "median": stats.median, "stdev": stats.stdev, "min": stats.min,
+            "max": stats.max, "cv": (stats.stdev / stats.mean) if stats.mean else None}  # fmt: skip
 
 
 # --- pages: dashboard, live campaign page, builder ---------------------------------------------------
