@@ -287,10 +287,12 @@ def verdict_compute(
     history = _history(campaign=campaign, exclude=[baseline_campaign.pk])
     wanted = set(campaign.verdict.get("metrics") or [])
     items = []
-    for key in sorted(set(base) | set(cand), key=lambda k: ((cand.get(k) or base[k]).point, k.metric)):
+    for b_key, c_key, pair in _judged_keys(campaign, baseline_campaign, base, cand):
+        key = c_key or b_key
+        assert key is not None
         if wanted and key.metric.split("{", 1)[0] not in wanted:
             continue
-        b, c = base.get(key), cand.get(key)
+        b, c = base.get(b_key) if b_key else None, cand.get(c_key) if c_key else None
         ref = c or b
         assert ref is not None
         better_up = higher_is_better(campaign.kind, key.metric, ref.unit)
@@ -303,20 +305,26 @@ def verdict_compute(
             metric=key.metric,
             unit=ref.unit,
         )
-        items.append(
-            {"point": ref.point, "params": ref.params, "metric": key.metric, "unit": ref.unit,
-             "higher_is_better": better_up, "statistic": policy.statistic, **dataclasses.asdict(judgement)}
-        )  # fmt: skip
-    # What the campaign says it is testing (verdict.differs_in: a throttled rate, a new software stack) may differ;
-    # anything else that differs makes every item inconclusive, with the difference as the reason.
-    accepted = set(campaign.verdict.get("differs_in") or [])
+        item = {"point": ref.point, "params": ref.params, "metric": key.metric, "unit": ref.unit,
+                "higher_is_better": better_up, "statistic": policy.statistic,
+                **dataclasses.asdict(judgement)}  # fmt: skip
+        if pair is not None:
+            item["paired_with"] = {"pair": pair, "baseline_params": b.params if b else None}
+        items.append(item)
+    # What the campaign says it is testing (verdict.differs_in: a throttled rate, a new software stack) may differ,
+    # and so may the parameters a pair maps (verdict.pairs), for the items it maps; anything else that differs makes
+    # the item inconclusive, with the difference as the reason.
     found = comparability.differences(baseline_campaign, campaign)
-    differences = [d for d in found if comparability.subject(d) not in accepted]
-    for item in items if len(differences) < len(found) else []:
-        item["accepted_differences"] = [d for d in found if comparability.subject(d) in accepted]
-    if differences:  # across different configurations no change means what it seems to: inconclusive, and why
-        reason = "not comparable, the configurations differ: " + "; ".join(differences)
-        for item in items:
+    pairs = campaign.verdict.get("pairs") or []
+    for item in items:
+        accepted = set(campaign.verdict.get("differs_in") or [])
+        if "paired_with" in item:
+            accepted |= pair_subjects(pairs[item["paired_with"]["pair"]])
+        differences = [d for d in found if comparability.subject(d) not in accepted]
+        if len(differences) < len(found):
+            item["accepted_differences"] = [d for d in found if comparability.subject(d) in accepted]
+        if differences:  # across different configurations no change means what it seems to: inconclusive, and why
+            reason = "not comparable, the configurations differ: " + "; ".join(differences)
             item.update(judged_outcome=item["outcome"], outcome=verdicts.INCONCLUSIVE, differences=differences,
                         reason=f"{reason} (the numbers alone: {item['reason']})")  # fmt: skip
     counts = {o: sum(1 for i in items if i["outcome"] == o) for o in VerdictOutcome.values}
@@ -331,6 +339,59 @@ def verdict_compute(
         items=items,
         counts=counts,
     )
+
+
+def pair_subjects(pair: dict[str, Any]) -> set[str]:
+    """The parameters a pair maps: the differences it accepts for the items it maps."""
+    return set(pair["baseline"]) | set(pair["candidate"])
+
+
+def _matches(params: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    return all(k in params and str(params[k]) == str(v) for k, v in wanted.items())
+
+
+def _judged_keys(
+    campaign: Campaign, baseline_campaign: Campaign, base: dict[Key, Series], cand: dict[Key, Series]
+) -> list[tuple[Key | None, Key | None, int | None]]:
+    """(baseline key, candidate key, pair index) of every item to judge, in point and metric order.
+
+    Points are matched by the values of their matrix axes, except where the campaign maps them explicitly
+    (``verdict.pairs``: ``[{baseline: {bs: 128k}, candidate: {bs: 4k}}]``): a candidate point whose parameters (fixed
+    and axes) hold a pair's ``candidate`` values is judged against the baseline point that holds its ``baseline``
+    values and the candidate point's value of every other axis the baseline has. A baseline point a pair took is not
+    reported again as missing its candidate; a pair that finds no baseline point, or several, judges the candidate
+    point against nothing (inconclusive, "no baseline values")."""
+    pairs = campaign.verdict.get("pairs") or []
+    paired: dict[Key, tuple[Key | None, int]] = {}
+    taken: set[Key] = set()
+    for c_key, c in cand.items():
+        full_c = {**campaign.fixed, **c.params}
+        index = next((i for i, p in enumerate(pairs) if _matches(full_c, p["candidate"])), None)
+        if index is None:
+            continue
+        pair = pairs[index]
+        found = [
+            b_key
+            for b_key, b in base.items()
+            if b_key.metric == c_key.metric
+            and _matches({**baseline_campaign.fixed, **b.params}, pair["baseline"])
+            and _matches(full_c, {k: v for k, v in b.params.items() if k not in pair_subjects(pair)})
+        ]
+        paired[c_key] = (found[0] if len(found) == 1 else None, index)
+        taken.update(found[:1] if len(found) == 1 else [])
+    keys: list[tuple[Key | None, Key | None, int | None]] = [(b, c, i) for c, (b, i) in paired.items()]
+    for key in set(base) | set(cand):
+        if key in paired or (key not in cand and key in taken):
+            continue
+        keys.append((key if key in base else None, key if key in cand else None, None))
+
+    def order(k: tuple[Key | None, Key | None, int | None]) -> tuple[int, str, str]:
+        ref = cand[k[1]] if k[1] else base[k[0]] if k[0] else None
+        key = k[1] or k[0]
+        assert ref is not None and key is not None
+        return ref.point, key.metric, key.params
+
+    return sorted(keys, key=order)
 
 
 def campaign_judge(*, campaign: Campaign) -> Verdict | None:

@@ -181,6 +181,7 @@ def validate(data: dict[str, Any]) -> dict[str, Any]:
         raise SpecError("nodes", "select at least one node (nodes: [...] or node_tags: [...])")
     if spec["telemetry"] and spec["launcher"]:
         raise SpecError("telemetry", "samplers are not supported under Slurm yet: use launcher: {kind: direct}")
+    _check_pairs(spec)
     _validate_points(benchmark, spec)
     return spec
 
@@ -201,7 +202,8 @@ def _statistic(value: Any) -> str:
     return str(value)
 
 
-VERDICT_KEYS = {"threshold_pct", "alpha", "min_repetitions", "rerun_regressions", "metrics", "webhook", "differs_in"}
+VERDICT_KEYS = {"threshold_pct", "alpha", "min_repetitions", "rerun_regressions", "metrics", "webhook", "differs_in",
+                "pairs"}  # fmt: skip
 
 
 def _verdict(value: Any) -> dict[str, Any]:
@@ -226,6 +228,7 @@ def _verdict(value: Any) -> dict[str, Any]:
     if not isinstance(differs, list) or not all(isinstance(d, str) and d for d in differs):
         raise SpecError("verdict.differs_in", "must be a list of what may differ from the baseline: fixed parameter "
                         "names, hardware or software (what the campaign is testing)")  # fmt: skip
+    _pairs(value.get("pairs", []))
     metrics = value.get("metrics", [])
     if not isinstance(metrics, list) or not all(isinstance(m, str) and m for m in metrics):
         raise SpecError("verdict.metrics", "must be a list of metric names (empty: every metric)")
@@ -237,6 +240,33 @@ def _verdict(value: Any) -> dict[str, Any]:
         if refusal:
             raise SpecError("verdict.webhook", f"{refusal} (RACKBENCH_WEBHOOK_ALLOW_PRIVATE=1 allows it)")
     return dict(value)
+
+
+def _pairs(value: Any) -> None:
+    """verdict.pairs: which baseline point each candidate point is judged against, where their parameters differ
+    (campaigns.baselines._judged_keys): ``[{baseline: {bs: 128k}, candidate: {bs: 4k}}]``."""
+    if not isinstance(value, list):
+        raise SpecError("verdict.pairs", "must be a list of {baseline: {NAME: VALUE}, candidate: {NAME: VALUE}}")
+    for i, pair in enumerate(value):
+        if not isinstance(pair, dict) or set(pair) != {"baseline", "candidate"}:
+            raise SpecError(f"verdict.pairs[{i}]", "must be a mapping with exactly the keys baseline and candidate")
+        for side in ("baseline", "candidate"):
+            values = pair[side]
+            if not isinstance(values, dict) or not values:
+                raise SpecError(f"verdict.pairs[{i}].{side}", "must map one or more parameter names to values")
+            for name, v in values.items():
+                if not isinstance(v, SCALAR):
+                    raise SpecError(f"verdict.pairs[{i}].{side}.{name}", "must be a single value")
+
+
+def _check_pairs(spec: dict[str, Any]) -> None:
+    """A pair's candidate side names parameters of this campaign (its baseline is known only when it is judged)."""
+    known = set(spec["fixed"]) | {name for name, _ in spec["matrix"]}
+    for i, pair in enumerate(spec["verdict"].get("pairs") or []):
+        for name in pair["candidate"]:
+            if name not in known:
+                raise SpecError(f"verdict.pairs[{i}].candidate.{name}", "is not a parameter of this campaign (fixed "
+                                f"or matrix: {', '.join(sorted(known)) or 'none'})")  # fmt: skip
 
 
 def _allow_private_webhooks() -> bool:
