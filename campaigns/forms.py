@@ -148,7 +148,7 @@ class CampaignForm(forms.Form):
         min_value=0, initial=0, label="Warm-up runs", help_text="Per matrix point; left out of statistics."
     )
     statistic = forms.ChoiceField(
-        choices=[("mean", "mean"), ("median", "median")], initial="mean", label="Statistic",
+        choices=[("mean", "mean"), ("median", "median")], initial="mean", label="Statistic", required=False,
         help_text="What a point's repetitions are summed up by in statistics, charts, comparisons and verdicts.",
     )  # fmt: skip
     timeout = forms.IntegerField(min_value=1, initial=3600, label="Timeout (s)", help_text="Per run.")
@@ -215,7 +215,7 @@ class CampaignForm(forms.Form):
             "nodes": [node.name for node in data["nodes"]],
             "repetitions": data["repetitions"],
             "warmup_runs": data["warmup_runs"],
-            "statistic": data["statistic"],
+            "statistic": data.get("statistic") or "mean",
             "cache": {"flush_clients": data["flush_clients"], "flush_storage": data["flush_storage"]},
             "timeout": data["timeout"],
             "fixed": data["fixed"],
