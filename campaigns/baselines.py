@@ -13,13 +13,13 @@ import hmac
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from functools import partial
 from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Aggregate, Avg, Count, FloatField, Max, Min, Q, StdDev, TextField
+from django.db.models import Aggregate, Avg, Count, FloatField, Max, Min, Q, QuerySet, StdDev, TextField
 from django.db.models.functions import Cast
 
 from campaigns import comparability, dispatch, verdicts
@@ -148,7 +148,22 @@ def campaigns_point_summaries(
         points[campaign_id, point] = (json.dumps(point_params, sort_keys=True), point_params)
     if not pooled and len({(cid, text) for (cid, _), (text, _) in points.items()}) < len(points):
         return None
-    group = ["run__campaign_id", "name", "labels_text"] + ([] if pooled else ["run__point"])
+    found: dict[int, dict[Key, Summary]] = defaultdict(dict)
+    for campaign_id, point, metric, unit, stats in aggregated(measured, by_point=not pooled):
+        if not pooled and (campaign_id, point) not in points:  # a run that succeeded between the two queries
+            continue
+        text, point_params = ("", {}) if pooled else points[campaign_id, point]
+        found[campaign_id][Key(text, metric)] = Summary(point, point_params, unit, stats)
+    return found
+
+
+def aggregated(
+    measured: QuerySet[Run], *, by_point: bool = True
+) -> Iterator[tuple[int, int, str, str, verdicts.Stats]]:
+    """(campaign id, point, metric with its labels, unit, statistics) of the aggregate results (across hosts, per-job
+    rows left out) of the ``measured`` runs, per campaign, point (or, not ``by_point``, its first point for all of
+    them) and metric, aggregated in SQL: one row per group, whatever the repetitions (PostgreSQL only)."""
+    group = ["run__campaign_id", "name", "labels_text"] + (["run__point"] if by_point else [])
     rows = (
         Result.objects.filter(run__in=measured, host="")
         .exclude(labels__has_key="job")
@@ -158,16 +173,11 @@ def campaigns_point_summaries(
                   high=Max("value"), median=Median("value"), unit=Max("unit"), first_point=Min("run__point"))
         .order_by()
     )  # fmt: skip
-    found: dict[int, dict[Key, Summary]] = defaultdict(dict)
     for r in rows:
-        campaign_id, labels = r["run__campaign_id"], r["labels_text"]
-        point = r["first_point"] if pooled else r["run__point"]
-        if not pooled and (campaign_id, point) not in points:  # a run that succeeded between the two queries
-            continue
-        text, point_params = ("", {}) if pooled else points[campaign_id, point]
-        key = Key(text, metric_label(r["name"], json.loads(labels) if labels not in ("{}", "") else {}))
-        found[campaign_id][key] = Summary(point, point_params, r["unit"], _sql_stats(r))
-    return found
+        labels = r["labels_text"]
+        metric = metric_label(r["name"], json.loads(labels) if labels not in ("{}", "") else {})
+        point = r["run__point"] if by_point else r["first_point"]
+        yield r["run__campaign_id"], point, metric, r["unit"], _sql_stats(r)
 
 
 def _sql_stats(row: dict[str, Any]) -> verdicts.Stats:

@@ -10,7 +10,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Avg, Count, F, Prefetch, Q, QuerySet
+from django.db.models import Avg, Count, F, Min, Prefetch, Q, QuerySet
 
 from campaigns import planning
 from campaigns.models import RUN_TERMINAL, Campaign, Result, Run, RunStatus
@@ -241,12 +241,20 @@ def _compare_order(row: tuple[str, str]) -> tuple[Any, ...]:
 def campaign_summary(*, campaign: Campaign) -> list[dict[str, Any]]:
     """Per matrix point and aggregate metric: statistics over the succeeded repetitions (warm-ups excluded), and
     ``value``, the one the campaign sums its points up by (``statistic``: its mean or median)."""
+    from campaigns import baselines
     from campaigns.baselines import metric_label
 
     measured = campaign.runs.filter(status=RunStatus.SUCCEEDED, is_warmup=False)
     params: dict[int, dict[str, Any]] = {}
-    for point, run_params in measured.order_by("point", "sequence").values_list("point", "params"):
-        params.setdefault(point, run_params)  # a point's parameters are the same in each of its runs
+    # A point's parameters are the same in each of its runs: read them from its first run only.
+    firsts = measured.values("point").annotate(first=Min("sequence")).values("first")
+    for point, run_params in measured.filter(sequence__in=firsts).values_list("point", "params"):
+        params[point] = run_params
+    if baselines.summaries_in_sql():  # one row per point and metric, not one per repetition
+        found = [({"point": point, "params": params[point], "metric": metric, "unit": unit}, stats)
+                 for _, point, metric, unit, stats in baselines.aggregated(measured) if point in params]  # fmt: skip
+        return [summed_up(_described(stats), campaign.statistic, meta)
+                for meta, stats in sorted(found, key=lambda row: (row[0]["point"], row[0]["metric"]))]  # fmt: skip
     rows = (
         Result.objects.filter(run__in=measured, host="")
         .exclude(labels__has_key="job")  # aggregates across hosts, not per-job rows

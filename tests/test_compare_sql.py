@@ -120,3 +120,16 @@ def test_points_of_one_campaign_with_the_same_axes_are_pooled_by_the_python_path
     result = selectors.compare(sets=[("a", c, None), ("b", other, None)], statistic="median")
     bw = next(r for r in result["rows"] if r["metric"] == "bw_bytes")
     assert (bw["values"][0]["n"], bw["values"][0]["median"]) == (3, 2.0)
+
+
+def test_the_campaign_statistics_are_the_same_aggregated_in_sql_or_in_python(team: Any) -> None:
+    c = campaign(team, "summary", AFTER, statistic="median")
+
+    in_sql = selectors.campaign_summary(campaign=c)
+    with mock.patch.object(baselines, "summaries_in_sql", return_value=False):
+        in_python = selectors.campaign_summary(campaign=c)
+
+    assert len(in_sql) == 3 * len(AFTER)
+    assert_same(in_python, in_sql)
+    four_k = next(r for r in in_sql if r["metric"] == "bw_bytes" and r["params"]["bs"] == "4k")
+    assert (four_k["statistic"], four_k["value"], four_k["params"]) == ("median", 81.5, {"bs": "4k", "size": "1M"})
