@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Aggregate, Avg, Count, FloatField, Max, Min, Q, QuerySet, StdDev, TextField
+from django.db.models import Aggregate, Avg, Count, FloatField, Max, Min, Q, StdDev, TextField
 from django.db.models.functions import Cast
 
 from campaigns import comparability, dispatch, verdicts
@@ -149,7 +149,10 @@ def campaigns_point_summaries(
     if not pooled and len({(cid, text) for (cid, _), (text, _) in points.items()}) < len(points):
         return None
     found: dict[int, dict[Key, Summary]] = defaultdict(dict)
-    for campaign_id, point, metric, unit, stats in aggregated(measured, by_point=not pooled):
+    of = Q(run__campaign_id__in=list(axes), run__status=RunStatus.SUCCEEDED, run__is_warmup=False)
+    if runs is not None:
+        of &= Q(run_id__in=list(runs))
+    for campaign_id, point, metric, unit, stats in aggregated(of, by_point=not pooled):
         if not pooled and (campaign_id, point) not in points:  # a run that succeeded between the two queries
             continue
         text, point_params = ("", {}) if pooled else points[campaign_id, point]
@@ -157,15 +160,14 @@ def campaigns_point_summaries(
     return found
 
 
-def aggregated(
-    measured: QuerySet[Run], *, by_point: bool = True
-) -> Iterator[tuple[int, int, str, str, verdicts.Stats]]:
+def aggregated(runs: Q, *, by_point: bool = True) -> Iterator[tuple[int, int, str, str, verdicts.Stats]]:
     """(campaign id, point, metric with its labels, unit, statistics) of the aggregate results (across hosts, per-job
-    rows left out) of the ``measured`` runs, per campaign, point (or, not ``by_point``, its first point for all of
-    them) and metric, aggregated in SQL: one row per group, whatever the repetitions (PostgreSQL only)."""
+    rows left out) of the runs ``runs`` selects (a filter on Result: ``run__...``), per campaign, point (or, not
+    ``by_point``, its first point for all of them) and metric, aggregated in SQL: one row per group, whatever the
+    repetitions (PostgreSQL only). One join of results and runs."""
     group = ["run__campaign_id", "name", "labels_text"] + (["run__point"] if by_point else [])
     rows = (
-        Result.objects.filter(run__in=measured, host="")
+        Result.objects.filter(runs, host="")
         .exclude(labels__has_key="job")
         .annotate(labels_text=Cast("labels", TextField()))
         .values(*group)

@@ -251,8 +251,9 @@ def campaign_summary(*, campaign: Campaign) -> list[dict[str, Any]]:
     for point, run_params in measured.filter(sequence__in=firsts).values_list("point", "params"):
         params[point] = run_params
     if baselines.summaries_in_sql():  # one row per point and metric, not one per repetition
+        of = Q(run__campaign_id=campaign.pk, run__status=RunStatus.SUCCEEDED, run__is_warmup=False)
         found = [({"point": point, "params": params[point], "metric": metric, "unit": unit}, stats)
-                 for _, point, metric, unit, stats in baselines.aggregated(measured) if point in params]  # fmt: skip
+                 for _, point, metric, unit, stats in baselines.aggregated(of) if point in params]  # fmt: skip
         return [summed_up(_described(stats), campaign.statistic, meta)
                 for meta, stats in sorted(found, key=lambda row: (row[0]["point"], row[0]["metric"]))]  # fmt: skip
     rows = (
