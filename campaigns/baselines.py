@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import json
 import logging
+import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from functools import partial
@@ -102,11 +103,33 @@ def campaigns_point_values(
 
 
 class Median(Aggregate):
-    """PostgreSQL's exact median (percentile_cont(0.5)) of a group's values."""
+    """The exact median of a group's values: PostgreSQL's percentile_cont(0.5); on SQLite, which has no ordered-set
+    aggregates, the one campaigns.apps registers on each connection (SQLiteMedian)."""
 
     function = "percentile_cont"
     template = "%(function)s(0.5) WITHIN GROUP (ORDER BY %(expressions)s)"
     output_field = FloatField()
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection, function=SQLiteMedian.NAME, template="%(function)s(%(expressions)s)",
+                           **extra)  # fmt: skip
+
+
+class SQLiteMedian:
+    """The median as an SQLite aggregate (``sqlite3.Connection.create_aggregate``): the mean of the two middle values
+    of an even count, as percentile_cont(0.5) and statistics.median give it; NULLs left out, NULL for none."""
+
+    NAME = "rackbench_median"
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+
+    def step(self, value: float | None) -> None:
+        if value is not None:
+            self.values.append(value)
+
+    def finalize(self) -> float | None:
+        return statistics.median(self.values) if self.values else None
 
 
 class Summary(NamedTuple):
@@ -119,8 +142,9 @@ class Summary(NamedTuple):
 
 
 def summaries_in_sql() -> bool:
-    """Whether the database aggregates a point's repetitions itself: PostgreSQL has an exact median
-    (percentile_cont); SQLite, the embedded default, has none, so its statistics are computed in Python."""
+    """Whether compare and the campaign statistics aggregate a point's repetitions in the database: PostgreSQL, with
+    its exact median (percentile_cont). SQLite, the embedded default, has no median of its own (the one registered
+    for it, SQLiteMedian, is a Python callback per row), so there they are computed in Python from the rows."""
     return connection.vendor == "postgresql"
 
 
