@@ -185,6 +185,11 @@ def test_a_view_may_override_the_campaigns_statistic_and_says_so(owner: Any, tea
     scaling = page.get(f"/analysis/scaling/?campaign={cand.pk}&metric=bw_bytes&stat=mean").content.decode()
     assert "the <strong>mean</strong> of its repetitions (chosen here; o-after sums up by the median)" in scaling
 
+    sweep = page.get(f"/analysis/sweep/?campaign={cand.pk}&metric=bw_bytes&x=rw&format=csv").content.decode()
+    assert sweep.splitlines()[0].split(",")[3] == "bw_bytes median"  # the export names the statistic
+    sweep = page.get(f"/analysis/sweep/?campaign={cand.pk}&metric=bw_bytes&x=rw&stat=mean").content.decode()
+    assert "the <strong>mean</strong> of its repetitions (chosen here; o-after sums up by the median)" in sweep
+
     verdict = baselines.verdict_compute(campaign=cand, baseline_campaign=base, overrides={"statistic": "mean"})
     assert verdict.policy["statistic"] == "mean"
 
