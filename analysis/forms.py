@@ -150,6 +150,19 @@ def policy(query: QueryDict, problems: list[Problem]) -> verdicts.Policy:
         return verdicts.Policy()
 
 
+def statistic(query: QueryDict, problems: list[Problem]) -> str | None:
+    """The statistic asked for (``statistic=median``, or the scaling page's ``stat=``); None when none was: the
+    campaign's own then stands. A value other than mean or median is a problem named after its key."""
+    for key in ("statistic", "stat"):
+        raw = query.get(key, "").strip()
+        if raw:
+            if raw in verdicts.STATISTICS:
+                return raw
+            problems.append(Problem(key, f"{key}: must be one of {', '.join(verdicts.STATISTICS)}, got {raw!r}"))
+            return None
+    return None
+
+
 def where(query: QueryDict, errors: list[str]) -> dict[str, str]:
     """``where=model=resnet50`` (repeatable): only points whose parameter has that value."""
     out = {}

@@ -55,11 +55,14 @@ class CompareRow:
 
 
 def compare_report(result: dict[str, Any]) -> tuple[list[CompareRow], Table]:
+    """The compare page's rows and its export: each cell by the comparison's statistic (mean or median), named in
+    the column headers and the title."""
     labels = [c["label"] for c in result["columns"]]
+    statistic = result["statistic"]
     columns = ["parameters", "metric", "unit", "better"]
     for label in labels:
-        columns += [f"{label} mean", f"{label} stdev", f"{label} n", f"{label} change %", f"{label} verdict"]
-    table = Table("compare", "Comparison", columns)
+        columns += [f"{label} {statistic}", f"{label} stdev", f"{label} n", f"{label} change %", f"{label} verdict"]
+    table = Table("compare", f"Comparison (each point: the {statistic} of its repetitions)", columns)
     rows = []
     for r in result["rows"]:
         params = selectors.describe_params(r["params"]) if result["by_point"] else ""
@@ -69,7 +72,7 @@ def compare_report(result: dict[str, Any]) -> tuple[list[CompareRow], Table]:
         for cell, change in zip(r["values"], r["changes"], strict=True):
             judged = change_of(change, cell, base)
             row.cells.append((cell, judged))
-            record += [cell["mean"] if cell else None, cell["stdev"] if cell else None, cell["n"] if cell else 0,
+            record += [cell["value"] if cell else None, cell["stdev"] if cell else None, cell["n"] if cell else 0,
                        change["change_pct"] if change else None, judged.text]  # fmt: skip
         rows.append(row)
         table.rows.append(record)
@@ -208,8 +211,16 @@ def scaling_report(
 
 
 def sweep_report(
-    *, campaigns: list[Campaign], metric: str, x: str, hosts: str, log: str, where: dict[str, str]
+    *,
+    campaigns: list[Campaign],
+    metric: str,
+    x: str,
+    hosts: str,
+    log: str,
+    where: dict[str, str],
+    statistic: str = "mean",
 ) -> tuple[charts.Figure, Table]:
+    """The metric against x, each point by the statistic chosen (mean or median of its repetitions)."""
     stats = [s for s in selectors.sweep_stats(campaign_ids=[c.pk for c in campaigns], metric=metric, hosts=hosts)
              if all(str(s.params.get(k, s.labels.get(k))) == v for k, v in where.items())]  # fmt: skip
     unit = stats[0].unit if stats else ""
@@ -219,13 +230,15 @@ def sweep_report(
     positive = [v for v in xs if v > 0]
     wide = bool(positive) and max(positive) / min(positive) >= 100
     x_log = bool(positive) and (log == "on" or (log == "auto" and (wide or (is_size and len(set(positive)) > 2))))
-    table = Table("sweep", f"{metric} against {x}", ["series", "host", x, f"{metric} mean", "stdev", "n", "unit"])
+    columns = ["series", "host", x, f"{metric} {statistic}", "stdev", "n", "unit"]
+    table = Table("sweep", f"{metric} against {x}", columns)
     lines = []
     for s in series:
-        for x_, p in zip(s.xs, s.points, strict=True):
-            table.rows.append([s.label, p.host or "aggregate", x_, p.mean, p.stdev, p.n, p.unit])
-        low, high = _error_bars(s.points)
-        lines.append(charts.Line(s.label, s.xs, [p.mean for p in s.points], low, high, [f"n={p.n}" for p in s.points]))
+        values = [p.value(statistic) for p in s.points]
+        for x_, p, y in zip(s.xs, s.points, values, strict=True):
+            table.rows.append([s.label, p.host or "aggregate", x_, y, p.stdev, p.n, p.unit])
+        low, high = _error_bars(s.points, values)
+        lines.append(charts.Line(s.label, s.xs, values, low, high, [f"n={p.n}" for p in s.points]))
     figure = charts.Figure(f"{metric} against {x}", x, metric, lines, x_log=x_log,
                            x_unit="B" if is_size else "", y_unit=unit)  # fmt: skip
     return figure, table

@@ -11,13 +11,14 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Aggregate, Avg, Count, FloatField, Max, Min, Q, QuerySet, StdDev, Sum, TextField
+from django.db.models import Avg, Count, Max, Min, Q, QuerySet, StdDev, Sum, TextField
 from django.db.models.functions import Cast
 from django.http import Http404, HttpRequest
 
 from accounts.selectors import visible
 from analysis import fleet
 from analysis.forms import Pick, parse_size
+from campaigns.baselines import Median
 from campaigns.models import Campaign, Result, Run, RunHost, RunStatus
 from inventory.models import StorageSystem
 from plugins.benchmarks import training
@@ -36,14 +37,6 @@ STORAGE_METRICS = {"fio": ("read_bw_bytes", 1e-6), "storage_read": ("read_mb_per
 THROUGHPUT, STORED_PER_GPU, STORED_DEMAND = (spec.name for spec in training.TRAINING_METRICS)
 STORED_METRICS = (STORED_DEMAND, STORED_PER_GPU)
 SUCCEEDED = Q(run__status=RunStatus.SUCCEEDED, run__is_warmup=False)
-
-
-class Median(Aggregate):
-    """PostgreSQL's exact median (percentile_cont(0.5)) of a group's values."""
-
-    function = "percentile_cont"
-    template = "%(function)s(0.5) WITHIN GROUP (ORDER BY %(expressions)s)"
-    output_field = FloatField()
 
 
 def visible_campaigns(*, request: HttpRequest) -> QuerySet[Campaign]:

@@ -15,6 +15,8 @@ from campaigns import selectors as campaign_selectors
 from campaigns.models import Campaign
 from common.errors import ParamError
 
+STATISTICS = selectors.STATISTICS
+
 SCALING_METRICS = ("images_per_sec", "read_mb_per_sec", "bw_bytes", "read_bw_bytes", "busbw_avg_gbps", "throughput_bps")
 SWEEP_METRICS = ("bw_bytes", "read_bw_bytes", "iops", "throughput_bps", "busbw_gbps", "read_mb_per_sec")
 SWEEP_X = ("size_bytes", "numjobs", "bs", "parallel", "iodepth", "nodes")
@@ -76,6 +78,7 @@ def index(request: HttpRequest) -> HttpResponse:
 def compare(request: HttpRequest) -> HttpResponse:
     picks, problems = forms.picks(request.META.get("QUERY_STRING", ""))
     policy = forms.policy(request.GET, problems)
+    statistic = forms.statistic(request.GET, problems)
     errors = [str(p) for p in problems]
     sets = selectors.compare_sets(request=request, picks=picks)
     context = _base(request, list(dict.fromkeys(c for _, c, _ in sets)), errors)
@@ -83,10 +86,11 @@ def compare(request: HttpRequest) -> HttpResponse:
     points = selectors.point_choices(campaign_ids=context["selected"])
     groups = [(c, [{**p, "value": f"{c.pk}:{p['point']}", "checked": f"{c.pk}:{p['point']}" in picked}
                    for p in points[c.pk]]) for c in context["campaigns"]]  # fmt: skip
-    context.update(sets=sets, policy=policy, rows=[], columns=[], point_groups=groups)
+    context.update(sets=sets, policy=policy, rows=[], columns=[], point_groups=groups, statistics=STATISTICS,
+                   stat=statistic or (sets[0][1].statistic if sets else "mean"), stat_asked=statistic)  # fmt: skip
     tables = []
     if len(sets) >= 2:
-        result = campaign_selectors.compare(sets=sets, policy=policy)
+        result = campaign_selectors.compare(sets=sets, policy=policy, statistic=statistic)
         context["rows"], table = reports.compare_report(result)
         context["columns"] = result["columns"]
         context["differences"] = selectors.set_differences(sets)
@@ -103,10 +107,11 @@ def scaling(request: HttpRequest) -> HttpResponse:
     metric = _choice(request.GET, "metric", metrics, SCALING_METRICS, errors, "metric")
     x_choices, x = _scaling_x(request, campaigns, errors)
     where = forms.where(request.GET, errors)
-    statistic = _choice(request.GET, "stat", selectors.STATISTICS, ("mean",), errors, "statistic") or "mean"
+    own = campaigns[0].statistic if campaigns else "mean"  # the first campaign's, unless the view overrides it
+    statistic = _choice(request.GET, "stat", selectors.STATISTICS, (own,), errors, "statistic") or own
     reference = _choice(request.GET, "reference", calculations.REFERENCES, ("smallest",), errors, "reference")
     context.update(metrics=metrics, metric=metric, x_choices=x_choices, x=x, where=where, stat=statistic,
-                   reference=reference or "smallest", statistics=selectors.STATISTICS,
+                   stat_own=own, reference=reference or "smallest", statistics=selectors.STATISTICS,
                    references=calculations.REFERENCES)  # fmt: skip
     figure, tables = None, []
     if campaigns and metric:
@@ -131,12 +136,15 @@ def sweep(request: HttpRequest) -> HttpResponse:
     hosts = _choice(request.GET, "hosts", HOSTS, ("aggregate",), errors, "hosts") or "aggregate"
     log = _choice(request.GET, "log", LOG, ("auto",), errors, "log") or "auto"
     where = forms.where(request.GET, errors)
+    own = campaigns[0].statistic if campaigns else "mean"  # the first campaign's, unless the view overrides it
+    statistic = _choice(request.GET, "stat", selectors.STATISTICS, (own,), errors, "statistic") or own
     context.update(metrics=metrics, metric=metric, x_choices=x_choices, x=x, hosts=hosts, host_choices=HOSTS,
-                   log=log, log_choices=LOG, where=where)  # fmt: skip
+                   log=log, log_choices=LOG, where=where, stat=statistic, stat_own=own,
+                   statistics=selectors.STATISTICS)  # fmt: skip
     figure, tables = None, []
     if campaigns and metric and x:
         figure, table = reports.sweep_report(campaigns=campaigns, metric=metric, x=x, hosts=hosts, log=log,
-                                             where=where)  # fmt: skip
+                                             where=where, statistic=statistic)  # fmt: skip
         tables.append(table)
     return _render(request, "analysis/sweep.html", context, name="sweep", tables=tables, figure=figure)
 

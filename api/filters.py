@@ -120,12 +120,14 @@ def by_params(results: QuerySet[Result], query: QueryDict) -> QuerySet[Result]:
     return results
 
 
-def comparison_sets(request: Any) -> tuple[list[CompareSet], verdicts.Policy]:
+def comparison_sets(request: Any) -> tuple[list[CompareSet], verdicts.Policy, str | None]:
     """What ``/compare/`` puts side by side (whole campaigns, single runs, matrix points ``campaign:point``, in the
-    order written) and the policy judging it: the /compare/ page's parameters and selector
+    order written), the policy judging it and the statistic asked for (None: the reference campaign's): the
+    /compare/ page's parameters and selector
     (analysis.forms, analysis.selectors.compare_sets), a bad value answered 400 and an unseen set 404."""
     picks, problems = analysis_forms.picks(request.META.get("QUERY_STRING", ""))
     policy = analysis_forms.policy(request.query_params, problems)
+    statistic = analysis_forms.statistic(request.query_params, problems)
     if problems:
         found: dict[str, list[str]] = {}
         for problem in problems:
@@ -134,4 +136,4 @@ def comparison_sets(request: Any) -> tuple[list[CompareSet], verdicts.Policy]:
     sets = analysis_selectors.compare_sets(request=request, picks=picks)
     if len(sets) < 2:
         raise ValidationError({"campaigns": ["give two or more campaigns, runs or points to compare"]})
-    return sets, policy
+    return sets, policy, statistic

@@ -151,7 +151,8 @@ class CampaignSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "description", "kind", "family", "team", "status", "matrix", "fixed", "env", "nodes",
             "node_tags", "storage", "repetitions", "warmup_runs", "flush_clients", "flush_storage", "run_timeout_s",
-            "verdict", "owner", "created_at", "launched_at", "finished_at", "run_total", "run_done", "run_failed",
+            "statistic", "verdict", "owner", "created_at", "launched_at", "finished_at", "run_total", "run_done",
+            "run_failed",
         ]  # fmt: skip
 
     def get_matrix(self, campaign: Campaign) -> dict[str, list[Any]]:
@@ -277,6 +278,9 @@ class VerdictRequestSerializer(serializers.Serializer):
     threshold_pct = serializers.FloatField(required=False, min_value=0)
     alpha = serializers.FloatField(required=False, min_value=0, max_value=1)
     min_repetitions = serializers.IntegerField(required=False, min_value=2)
+    statistic = serializers.ChoiceField(
+        choices=["mean", "median"], required=False, help_text="default: the campaign's statistic"
+    )
 
 
 class RerunSerializer(serializers.Serializer):

@@ -55,7 +55,13 @@ def verdict_rows(verdict: dict[str, Any]) -> list[dict[str, Any]]:
     head = {"verdict": verdict.get("id"), "campaign": verdict.get("campaign"),
             "baseline_campaign": (verdict.get("baseline_campaign") or {}).get("id"),
             "verdict_outcome": verdict.get("outcome")}  # fmt: skip
-    return [{**head, **item} for item in verdict.get("items") or []]
+    return [{**head, **item, **_judged_values(item)} for item in verdict.get("items") or []]
+
+
+def _judged_values(item: dict[str, Any]) -> dict[str, Any]:
+    """Each side's number by the statistic the item was judged by (older verdicts: the mean)."""
+    statistic = item.get("statistic") or "mean"
+    return {f"{side}_value": (item.get(side) or {}).get(statistic) for side in ("baseline", "candidate")}
 
 
 class ScopedMixin:
@@ -566,15 +572,26 @@ class CompareView(ScopedMixin, APIView):
         for row in data["rows"]:
             for column, value, change in zip(data["columns"], row["values"], row["changes"], strict=True):
                 rows.append({"params": row["params"], "metric": row["metric"], "unit": row["unit"],
-                             "side": column["label"], "campaign": column["campaign"], **(value or {}),
+                             "side": column["label"], "campaign": column["campaign"],
+                             "statistic": data["statistic"], **(value or {}),
                              **{k: v for k, v in (change or {}).items()}})  # fmt: skip
         return rows
 
     @extend_schema(
         parameters=[OpenApiParameter(n, str, required=False) for n in ("campaigns", "runs", "points")]
-        + [OpenApiParameter("threshold_pct", float, required=False), OpenApiParameter("alpha", float, required=False)],
+        + [
+            OpenApiParameter("threshold_pct", float, required=False),
+            OpenApiParameter("alpha", float, required=False),
+            OpenApiParameter(
+                "statistic",
+                str,
+                required=False,
+                enum=["mean", "median"],
+                description="default: the first set's campaign's statistic",
+            ),
+        ],
         responses={200: dict},
     )
     def get(self, request: Request) -> Response:
-        sets, policy = filters.comparison_sets(request)
-        return Response(selectors.compare(sets=sets, policy=policy))
+        sets, policy, statistic = filters.comparison_sets(request)
+        return Response(selectors.compare(sets=sets, policy=policy, statistic=statistic))

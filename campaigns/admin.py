@@ -49,10 +49,27 @@ class ReadOnly(admin.ModelAdmin):
 
 @admin.register(Campaign)
 class CampaignAdmin(ReadOnly):
-    list_display = ["name", "team", "kind", "status", "launched_at", "finished_at"]
-    list_filter = ["status", "kind", "team"]
+    list_display = ["name", "team", "kind", "statistic", "status", "launched_at", "finished_at"]
+    list_filter = ["status", "kind", "statistic", "team"]
     list_select_related = ["team"]
     search_fields = ["name", "family"]
+    actions = ["sum_up_by_mean", "sum_up_by_median"]
+
+    @admin.action(description="Sum points up by the mean of their repetitions")
+    def sum_up_by_mean(self, request: HttpRequest, queryset: QuerySet[Campaign]) -> None:
+        self._statistic(request, queryset, "mean")
+
+    @admin.action(description="Sum points up by the median of their repetitions")
+    def sum_up_by_median(self, request: HttpRequest, queryset: QuerySet[Campaign]) -> None:
+        self._statistic(request, queryset, "median")
+
+    def _statistic(self, request: HttpRequest, queryset: QuerySet[Campaign], statistic: str) -> None:
+        for campaign in queryset:
+            services.campaign_set_statistic(campaign=campaign, statistic=statistic)
+        self.message_user(
+            request, f"{queryset.count()} campaign(s) now summed up by the {statistic}.", messages.SUCCESS
+        )
+
     date_hierarchy = "created_at"
 
 

@@ -12,14 +12,15 @@ import hashlib
 import hmac
 import json
 import logging
+import statistics
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from functools import partial
 from typing import Any, NamedTuple
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Q, TextField
+from django.db import connection, transaction
+from django.db.models import Aggregate, Avg, Count, FloatField, Max, Min, Q, StdDev, TextField
 from django.db.models.functions import Cast
 
 from campaigns import comparability, dispatch, verdicts
@@ -101,6 +102,119 @@ def campaigns_point_values(
     return found
 
 
+class Median(Aggregate):
+    """The exact median of a group's values: PostgreSQL's percentile_cont(0.5); on SQLite, which has no ordered-set
+    aggregates, the one campaigns.apps registers on each connection (SQLiteMedian)."""
+
+    function = "percentile_cont"
+    template = "%(function)s(0.5) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = FloatField()
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection, function=SQLiteMedian.NAME, template="%(function)s(%(expressions)s)",
+                           **extra)  # fmt: skip
+
+
+class SQLiteMedian:
+    """The median as an SQLite aggregate (``sqlite3.Connection.create_aggregate``): the mean of the two middle values
+    of an even count, as percentile_cont(0.5) and statistics.median give it; NULLs left out, NULL for none."""
+
+    NAME = "rackbench_median"
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+
+    def step(self, value: float | None) -> None:
+        if value is not None:
+            self.values.append(value)
+
+    def finalize(self) -> float | None:
+        return statistics.median(self.values) if self.values else None
+
+
+class Summary(NamedTuple):
+    """A Series summed up: its repetitions' statistics instead of the repetitions themselves."""
+
+    point: int
+    params: dict[str, Any]
+    unit: str
+    stats: verdicts.Stats
+
+
+def summaries_in_sql() -> bool:
+    """Whether compare and the campaign statistics aggregate a point's repetitions in the database: PostgreSQL, with
+    its exact median (percentile_cont). SQLite, the embedded default, has no median of its own (the one registered
+    for it, SQLiteMedian, is a Python callback per row), so there they are computed in Python from the rows."""
+    return connection.vendor == "postgresql"
+
+
+def campaigns_point_summaries(
+    *, campaigns: list[Campaign], runs: Iterable[int] | None = None, pooled: bool = False
+) -> dict[int, dict[Key, Summary]] | None:
+    """What ``campaigns_point_values`` gives, summed up in SQL (count, avg, stddev_samp, min, max and the median,
+    one row per campaign, point and metric instead of one per repetition); with ``pooled``, the points of each
+    campaign pooled (key params ""), as a comparison of chosen runs pools them.
+
+    None where SQL cannot answer as the Python path would: a database without an exact median
+    (``summaries_in_sql``), or two points of one campaign with the same axes (their repetitions pool, and medians do
+    not add up)."""
+    if not summaries_in_sql():
+        return None
+    axes = {c.pk: [name for name, _ in c.matrix] for c in campaigns}
+    measured = Run.objects.filter(campaign__in=list(axes), status=RunStatus.SUCCEEDED, is_warmup=False)
+    if runs is not None:
+        measured = measured.filter(pk__in=list(runs))
+    # A point's axes are the same in each of its runs: read them from its first run only.
+    firsts = measured.values("campaign_id", "point").annotate(first=Min("pk")).values("first")
+    points: dict[tuple[int, int], tuple[str, dict[str, Any]]] = {}
+    for campaign_id, point, params in Run.objects.filter(pk__in=firsts).values_list("campaign_id", "point", "params"):
+        point_params = {k: params[k] for k in axes[campaign_id] if k in params}
+        points[campaign_id, point] = (json.dumps(point_params, sort_keys=True), point_params)
+    if not pooled and len({(cid, text) for (cid, _), (text, _) in points.items()}) < len(points):
+        return None
+    found: dict[int, dict[Key, Summary]] = defaultdict(dict)
+    of = Q(run__campaign_id__in=list(axes), run__status=RunStatus.SUCCEEDED, run__is_warmup=False)
+    if runs is not None:
+        of &= Q(run_id__in=list(runs))
+    for campaign_id, point, metric, unit, stats in aggregated(of, by_point=not pooled):
+        if not pooled and (campaign_id, point) not in points:  # a run that succeeded between the two queries
+            continue
+        text, point_params = ("", {}) if pooled else points[campaign_id, point]
+        found[campaign_id][Key(text, metric)] = Summary(point, point_params, unit, stats)
+    return found
+
+
+def aggregated(runs: Q, *, by_point: bool = True) -> Iterator[tuple[int, int, str, str, verdicts.Stats]]:
+    """(campaign id, point, metric with its labels, unit, statistics) of the aggregate results (across hosts, per-job
+    rows left out) of the runs ``runs`` selects (a filter on Result: ``run__...``), per campaign, point (or, not
+    ``by_point``, its first point for all of them) and metric, aggregated in SQL: one row per group, whatever the
+    repetitions (PostgreSQL only). One join of results and runs."""
+    group = ["run__campaign_id", "name", "labels_text"] + (["run__point"] if by_point else [])
+    rows = (
+        Result.objects.filter(runs, host="")
+        .exclude(labels__has_key="job")
+        .annotate(labels_text=Cast("labels", TextField()))
+        .values(*group)
+        .annotate(n=Count("id"), mean=Avg("value"), stdev=StdDev("value", sample=True), low=Min("value"),
+                  high=Max("value"), median=Median("value"), unit=Max("unit"), first_point=Min("run__point"))
+        .order_by()
+    )  # fmt: skip
+    for r in rows:
+        labels = r["labels_text"]
+        metric = metric_label(r["name"], json.loads(labels) if labels not in ("{}", "") else {})
+        point = r["run__point"] if by_point else r["first_point"]
+        yield r["run__campaign_id"], point, metric, r["unit"], _sql_stats(r)
+
+
+def _sql_stats(row: dict[str, Any]) -> verdicts.Stats:
+    """verdicts.Stats from a row of SQL aggregates, as verdicts.stats_of gives them from the values: a stdev of 0 for
+    one value or identical ones (stddev_samp is NULL for one), no cv for one value or a zero mean."""
+    n, mean, low, high = row["n"], row["mean"], row["low"], row["high"]
+    stdev = 0.0 if n < 2 or low == high else row["stdev"]
+    cv = stdev / abs(mean) if n > 1 and mean != 0 else None
+    return verdicts.Stats(n=n, mean=mean, stdev=stdev, min=low, max=high, cv=cv, median=row["median"])
+
+
 def higher_is_better(kind: str, metric: str, unit: str) -> bool:
     """The plug-in's declared direction; for a metric it does not declare, time units mean lower is better."""
     try:
@@ -173,6 +287,8 @@ def policy_for(campaign: Campaign, overrides: dict[str, Any] | None = None) -> v
     keys = {"threshold_pct", "alpha", "min_repetitions"}
     data = {k: v for k, v in campaign.verdict.items() if k in keys}
     data.update({k: v for k, v in (overrides or {}).items() if k in keys and v is not None})
+    # The campaign's own statistic, the one its pages and exports show, unless this verdict asks for another.
+    data["statistic"] = (overrides or {}).get("statistic") or campaign.statistic
     return verdicts.Policy.from_mapping(data)
 
 
@@ -207,10 +323,12 @@ def verdict_compute(
     history = _history(campaign=campaign, exclude=[baseline_campaign.pk])
     wanted = set(campaign.verdict.get("metrics") or [])
     items = []
-    for key in sorted(set(base) | set(cand), key=lambda k: ((cand.get(k) or base[k]).point, k.metric)):
+    for b_key, c_key, pair in _judged_keys(campaign, baseline_campaign, base, cand):
+        key = c_key or b_key
+        assert key is not None
         if wanted and key.metric.split("{", 1)[0] not in wanted:
             continue
-        b, c = base.get(key), cand.get(key)
+        b, c = base.get(b_key) if b_key else None, cand.get(c_key) if c_key else None
         ref = c or b
         assert ref is not None
         better_up = higher_is_better(campaign.kind, key.metric, ref.unit)
@@ -223,20 +341,26 @@ def verdict_compute(
             metric=key.metric,
             unit=ref.unit,
         )
-        items.append(
-            {"point": ref.point, "params": ref.params, "metric": key.metric, "unit": ref.unit,
-             "higher_is_better": better_up, **dataclasses.asdict(judgement)}
-        )  # fmt: skip
-    # What the campaign says it is testing (verdict.differs_in: a throttled rate, a new software stack) may differ;
-    # anything else that differs makes every item inconclusive, with the difference as the reason.
-    accepted = set(campaign.verdict.get("differs_in") or [])
+        item = {"point": ref.point, "params": ref.params, "metric": key.metric, "unit": ref.unit,
+                "higher_is_better": better_up, "statistic": policy.statistic,
+                **dataclasses.asdict(judgement)}  # fmt: skip
+        if pair is not None:
+            item["paired_with"] = {"pair": pair, "baseline_params": b.params if b else None}
+        items.append(item)
+    # What the campaign says it is testing (verdict.differs_in: a throttled rate, a new software stack) may differ,
+    # and so may the parameters a pair maps (verdict.pairs), for the items it maps; anything else that differs makes
+    # the item inconclusive, with the difference as the reason.
     found = comparability.differences(baseline_campaign, campaign)
-    differences = [d for d in found if comparability.subject(d) not in accepted]
-    for item in items if len(differences) < len(found) else []:
-        item["accepted_differences"] = [d for d in found if comparability.subject(d) in accepted]
-    if differences:  # across different configurations no change means what it seems to: inconclusive, and why
-        reason = "not comparable, the configurations differ: " + "; ".join(differences)
-        for item in items:
+    pairs = campaign.verdict.get("pairs") or []
+    for item in items:
+        accepted = set(campaign.verdict.get("differs_in") or [])
+        if "paired_with" in item:
+            accepted |= pair_subjects(pairs[item["paired_with"]["pair"]])
+        differences = [d for d in found if comparability.subject(d) not in accepted]
+        if len(differences) < len(found):
+            item["accepted_differences"] = [d for d in found if comparability.subject(d) in accepted]
+        if differences:  # across different configurations no change means what it seems to: inconclusive, and why
+            reason = "not comparable, the configurations differ: " + "; ".join(differences)
             item.update(judged_outcome=item["outcome"], outcome=verdicts.INCONCLUSIVE, differences=differences,
                         reason=f"{reason} (the numbers alone: {item['reason']})")  # fmt: skip
     counts = {o: sum(1 for i in items if i["outcome"] == o) for o in VerdictOutcome.values}
@@ -251,6 +375,59 @@ def verdict_compute(
         items=items,
         counts=counts,
     )
+
+
+def pair_subjects(pair: dict[str, Any]) -> set[str]:
+    """The parameters a pair maps: the differences it accepts for the items it maps."""
+    return set(pair["baseline"]) | set(pair["candidate"])
+
+
+def _matches(params: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    return all(k in params and str(params[k]) == str(v) for k, v in wanted.items())
+
+
+def _judged_keys(
+    campaign: Campaign, baseline_campaign: Campaign, base: dict[Key, Series], cand: dict[Key, Series]
+) -> list[tuple[Key | None, Key | None, int | None]]:
+    """(baseline key, candidate key, pair index) of every item to judge, in point and metric order.
+
+    Points are matched by the values of their matrix axes, except where the campaign maps them explicitly
+    (``verdict.pairs``: ``[{baseline: {bs: 128k}, candidate: {bs: 4k}}]``): a candidate point whose parameters (fixed
+    and axes) hold a pair's ``candidate`` values is judged against the baseline point that holds its ``baseline``
+    values and the candidate point's value of every other axis the baseline has. A baseline point a pair took is not
+    reported again as missing its candidate; a pair that finds no baseline point, or several, judges the candidate
+    point against nothing (inconclusive, "no baseline values")."""
+    pairs = campaign.verdict.get("pairs") or []
+    paired: dict[Key, tuple[Key | None, int]] = {}
+    taken: set[Key] = set()
+    for c_key, c in cand.items():
+        full_c = {**campaign.fixed, **c.params}
+        index = next((i for i, p in enumerate(pairs) if _matches(full_c, p["candidate"])), None)
+        if index is None:
+            continue
+        pair = pairs[index]
+        found = [
+            b_key
+            for b_key, b in base.items()
+            if b_key.metric == c_key.metric
+            and _matches({**baseline_campaign.fixed, **b.params}, pair["baseline"])
+            and _matches(full_c, {k: v for k, v in b.params.items() if k not in pair_subjects(pair)})
+        ]
+        paired[c_key] = (found[0] if len(found) == 1 else None, index)
+        taken.update(found[:1] if len(found) == 1 else [])
+    keys: list[tuple[Key | None, Key | None, int | None]] = [(b, c, i) for c, (b, i) in paired.items()]
+    for key in set(base) | set(cand):
+        if key in paired or (key not in cand and key in taken):
+            continue
+        keys.append((key if key in base else None, key if key in cand else None, None))
+
+    def order(k: tuple[Key | None, Key | None, int | None]) -> tuple[int, str, str]:
+        ref = cand[k[1]] if k[1] else base[k[0]] if k[0] else None
+        key = k[1] or k[0]
+        assert ref is not None and key is not None
+        return ref.point, key.metric, key.params
+
+    return sorted(keys, key=order)
 
 
 def campaign_judge(*, campaign: Campaign) -> Verdict | None:

@@ -102,6 +102,7 @@ def campaign_definition_check(*, data: dict[str, Any], owner: Any = None, team: 
     campaign.run_timeout_s = spec["timeout"]
     campaign.family = spec["family"]
     campaign.verdict = spec["verdict"]
+    campaign.statistic = spec["statistic"]
     _check_builds(campaign, spec, targets)
     return Definition(campaign, nodes, tags, targets)
 
@@ -142,6 +143,7 @@ def campaign_apply(*, data: dict[str, Any], owner: Any = None, team: Team | None
 DEFINITION_FIELDS = (
     "description", "kind", "matrix", "fixed", "env", "mounts", "container", "launcher", "telemetry", "rules",
     "storage", "repetitions", "warmup_runs", "flush_clients", "flush_storage", "run_timeout_s", "family", "verdict",
+    "statistic",
 )  # fmt: skip
 
 

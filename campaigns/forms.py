@@ -147,6 +147,10 @@ class CampaignForm(forms.Form):
     warmup_runs = forms.IntegerField(
         min_value=0, initial=0, label="Warm-up runs", help_text="Per matrix point; left out of statistics."
     )
+    statistic = forms.ChoiceField(
+        choices=[("mean", "mean"), ("median", "median")], initial="mean", label="Statistic", required=False,
+        help_text="What a point's repetitions are summed up by in statistics, charts, comparisons and verdicts.",
+    )  # fmt: skip
     timeout = forms.IntegerField(min_value=1, initial=3600, label="Timeout (s)", help_text="Per run.")
     flush_clients = forms.BooleanField(required=False, initial=True, label="Flush client caches before each run")
     flush_storage = forms.BooleanField(required=False, initial=False, label="Flush the storage cache before each run")
@@ -211,6 +215,7 @@ class CampaignForm(forms.Form):
             "nodes": [node.name for node in data["nodes"]],
             "repetitions": data["repetitions"],
             "warmup_runs": data["warmup_runs"],
+            "statistic": data.get("statistic") or "mean",
             "cache": {"flush_clients": data["flush_clients"], "flush_storage": data["flush_storage"]},
             "timeout": data["timeout"],
             "fixed": data["fixed"],

@@ -20,6 +20,13 @@ class CampaignStatus(models.TextChoices):
 CAMPAIGN_TERMINAL = frozenset({CampaignStatus.SUCCEEDED, CampaignStatus.FAILED, CampaignStatus.CANCELLED})
 
 
+class Statistic(models.TextChoices):
+    """What a matrix point's repetitions are summed up by, everywhere the campaign's numbers are shown or judged."""
+
+    MEAN = "mean"
+    MEDIAN = "median"  # seed 004: "the median of 3 runs after steady state"
+
+
 class Campaign(models.Model):
     name = models.CharField(max_length=100)  # unique per team (Meta.constraints)
     description = models.TextField(blank=True)
@@ -64,6 +71,11 @@ class Campaign(models.Model):
         default=dict, blank=True, help_text="{threshold_pct, alpha, rerun_regressions, metrics, webhook}"
     )
     telemetry = models.JSONField(default=dict, blank=True, help_text="samplers and their intervals during runs")
+    # The mean by default: what every page, export and verdict used before the choice existed.
+    statistic = models.CharField(
+        max_length=10, choices=Statistic.choices, default=Statistic.MEAN,
+        help_text="what a point's repetitions are summed up by in show, charts, compare, verdicts and exports",
+    )  # fmt: skip
     status = models.CharField(max_length=20, choices=CampaignStatus.choices, default=CampaignStatus.DRAFT)
     created_at = models.DateTimeField(auto_now_add=True)
     launched_at = models.DateTimeField(null=True, blank=True)

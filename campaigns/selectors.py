@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import statistics
@@ -9,7 +10,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Avg, Count, F, Prefetch, Q, QuerySet
+from django.db.models import Avg, Count, F, Min, Prefetch, Q, QuerySet
 
 from campaigns import planning
 from campaigns.models import RUN_TERMINAL, Campaign, Result, Run, RunStatus
@@ -103,6 +104,8 @@ def campaign_spec(*, campaign: Campaign) -> dict[str, Any]:
         data["family"] = campaign.family
     if campaign.verdict:
         data["verdict"] = dict(campaign.verdict)
+    if campaign.statistic != "mean":
+        data["statistic"] = campaign.statistic
     return data
 
 
@@ -236,13 +239,23 @@ def _compare_order(row: tuple[str, str]) -> tuple[Any, ...]:
 
 
 def campaign_summary(*, campaign: Campaign) -> list[dict[str, Any]]:
-    """Per matrix point and aggregate metric: statistics over the succeeded repetitions (warm-ups excluded)."""
+    """Per matrix point and aggregate metric: statistics over the succeeded repetitions (warm-ups excluded), and
+    ``value``, the one the campaign sums its points up by (``statistic``: its mean or median)."""
+    from campaigns import baselines
     from campaigns.baselines import metric_label
 
     measured = campaign.runs.filter(status=RunStatus.SUCCEEDED, is_warmup=False)
     params: dict[int, dict[str, Any]] = {}
-    for point, run_params in measured.order_by("point", "sequence").values_list("point", "params"):
-        params.setdefault(point, run_params)  # a point's parameters are the same in each of its runs
+    # A point's parameters are the same in each of its runs: read them from its first run only.
+    firsts = measured.values("point").annotate(first=Min("sequence")).values("first")
+    for point, run_params in measured.filter(sequence__in=firsts).values_list("point", "params"):
+        params[point] = run_params
+    if baselines.summaries_in_sql():  # one row per point and metric, not one per repetition
+        of = Q(run__campaign_id=campaign.pk, run__status=RunStatus.SUCCEEDED, run__is_warmup=False)
+        found = [({"point": point, "params": params[point], "metric": metric, "unit": unit}, stats)
+                 for _, point, metric, unit, stats in baselines.aggregated(of) if point in params]  # fmt: skip
+        return [summed_up(_described(stats), campaign.statistic, meta)
+                for meta, stats in sorted(found, key=lambda row: (row[0]["point"], row[0]["metric"]))]  # fmt: skip
     rows = (
         Result.objects.filter(run__in=measured, host="")
         .exclude(labels__has_key="job")  # aggregates across hosts, not per-job rows
@@ -259,35 +272,40 @@ def campaign_summary(*, campaign: Campaign) -> list[dict[str, Any]]:
         metric = metric_label(name, labels or {})
         grouped.setdefault((point, metric), {"point": point, "params": params[point], "metric": metric, "unit": unit})
         values[(point, metric)].append(value)
-    return [{**meta, **describe(values[key])} for key, meta in sorted(grouped.items(), key=lambda kv: kv[0])]
+    return [summed_up(describe(values[key]), campaign.statistic, meta)
+            for key, meta in sorted(grouped.items(), key=lambda kv: kv[0])]  # fmt: skip
 
 
-def compare(*, sets: list[tuple[str, Campaign, list[int] | None]], policy: Any = None) -> dict[str, Any]:
+def summed_up(stats: dict[str, Any], statistic: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A summary row or compared cell: ``meta``, the statistic it is summed up by and that statistic's value, then
+    every statistic (``describe``)."""
+    return {**(meta or {}), "statistic": statistic, "value": stats[statistic], **stats}
+
+
+def compare(
+    *,
+    sets: list[tuple[str, Campaign, list[int] | None]],
+    policy: Any = None,
+    statistic: str | None = None,
+    in_sql: bool | None = None,
+) -> dict[str, Any]:
     """Side by side: each set (a label, its campaign, and its runs or None for all) against the first one.
 
     Whole campaigns are matched point by point (same parameters); single runs or points, metric by metric.
     Every change is judged like a verdict (campaigns.verdicts), so a change within the spread of the
-    repetitions reads "no significant change" instead of a win or a loss.
+    repetitions reads "no significant change" instead of a win or a loss. Each cell is summed up by ``statistic``
+    (the view's choice), else by the reference campaign's: the statistic its own pages and verdicts use. The
+    statistics are aggregated in SQL where the database can (``compared_summaries``; ``in_sql`` forces a path).
     """
     from campaigns import baselines, comparability, verdicts
 
-    policy = policy or verdicts.Policy()
+    policy = dataclasses.replace(policy or verdicts.Policy(), statistic=statistic or sets[0][1].statistic)
     by_point = all(runs is None for _, _, runs in sets)
-    columns: list[dict[str, Any]] = []
-    tables: list[dict[tuple[str, str], Any]] = []
-    # Whole campaigns are read together, in one pass; chosen runs or points set by set.
-    together = baselines.campaigns_point_values(campaigns=[c for _, c, _ in sets]) if by_point else {}
-    for label, campaign, runs in sets:
-        columns.append({"label": label, "campaign": campaign.pk, "campaign_name": campaign.name, "runs": runs})
-        table: dict[tuple[str, str], baselines.Series] = {}
-        values = together.get(campaign.pk, {}) if by_point else baselines.point_values(campaign=campaign, runs=runs)
-        for key, series in values.items():
-            cell = (key.params if by_point else "", key.metric)
-            if cell in table:  # several points folded into one column: pool their repetitions
-                table[cell].values.extend(series.values)
-            else:
-                table[cell] = baselines.Series(series.point, series.params, series.unit, list(series.values))
-        tables.append(table)
+    columns: list[dict[str, Any]] = [
+        {"label": label, "campaign": campaign.pk, "campaign_name": campaign.name, "runs": runs}
+        for label, campaign, runs in sets
+    ]
+    tables = compared_summaries(sets=sets, by_point=by_point, in_sql=in_sql)
     first = sets[0][1]
     configs = comparability.configurations(list({c.pk: c for _, c, _ in sets}.values()))
     for column, (_, campaign, _) in zip(columns, sets, strict=True):
@@ -303,12 +321,12 @@ def compare(*, sets: list[tuple[str, Campaign, list[int] | None]], policy: Any =
         cells: list[dict[str, Any] | None] = []
         changes: list[dict[str, Any] | None] = []
         for i, found in enumerate(present):
-            cells.append(describe(found.values) if found else None)
+            cells.append(summed_up(_described(found.stats), policy.statistic) if found else None)
             if i == 0:
                 changes.append(None)
                 continue
-            j = verdicts.judge(
-                baseline=base.values if base else [], candidate=found.values if found else [],
+            j = verdicts.judge_stats(
+                baseline=base.stats if base else None, candidate=found.stats if found else None,
                 higher_is_better=better_up, policy=policy, metric=row[1], unit=first.unit,
             )  # fmt: skip
             change = {"change_pct": j.change_pct, "outcome": j.outcome, "p_value": j.p_value, "reason": j.reason}
@@ -318,8 +336,64 @@ def compare(*, sets: list[tuple[str, Campaign, list[int] | None]], policy: Any =
             changes.append(change)
         rows.append({"params": first.params if by_point else {}, "metric": row[1], "unit": first.unit,
                      "higher_is_better": better_up, "values": cells, "changes": changes})  # fmt: skip
-    return {"by_point": by_point, "policy": {"threshold_pct": policy.threshold_pct, "alpha": policy.alpha},
+    return {"by_point": by_point, "statistic": policy.statistic,
+            "policy": {"threshold_pct": policy.threshold_pct, "alpha": policy.alpha, "statistic": policy.statistic},
             "columns": columns, "rows": rows}  # fmt: skip
+
+
+def compared_summaries(*, sets: list[tuple[str, Campaign, list[int] | None]], by_point: bool,
+                       in_sql: bool | None = None) -> list[dict[tuple[str, str], Any]]:  # fmt: skip
+    """Per set, its cells ((point parameters or "", metric) -> baselines.Summary): whole campaigns point by point,
+    chosen runs or points pooled metric by metric.
+
+    Aggregated in SQL where the database can (``in_sql`` None: baselines.summaries_in_sql), one row per cell; else,
+    or where SQL cannot pool as asked, from every repetition in Python. Both give the same statistics.
+    """
+    from campaigns import baselines
+
+    campaigns = list({c.pk: c for _, c, _ in sets}.values())
+    if in_sql is not False and (in_sql or baselines.summaries_in_sql()):
+        if by_point:
+            together = baselines.campaigns_point_summaries(campaigns=campaigns)
+            if together is not None:
+                return [{(k.params, k.metric): v for k, v in together.get(c.pk, {}).items()} for _, c, _ in sets]
+        else:
+            pooled = [baselines.campaigns_point_summaries(campaigns=[c], runs=runs, pooled=True) for _, c, runs in sets]
+            if all(p is not None for p in pooled):
+                return [{("", k.metric): v for k, v in (p or {}).get(c.pk, {}).items()}
+                        for p, (_, c, _) in zip(pooled, sets, strict=True)]  # fmt: skip
+    return _compared_in_python(sets=sets, by_point=by_point, campaigns=campaigns)
+
+
+def _compared_in_python(*, sets: list[tuple[str, Campaign, list[int] | None]], by_point: bool,
+                        campaigns: list[Campaign]) -> list[dict[tuple[str, str], Any]]:  # fmt: skip
+    from campaigns import baselines, verdicts
+
+    # Whole campaigns are read together, in one pass; chosen runs or points set by set.
+    together = baselines.campaigns_point_values(campaigns=campaigns) if by_point else {}
+    tables = []
+    for _, campaign, runs in sets:
+        pooled: dict[tuple[str, str], baselines.Series] = {}
+        values = together.get(campaign.pk, {}) if by_point else baselines.point_values(campaign=campaign, runs=runs)
+        for key, series in values.items():
+            cell = (key.params if by_point else "", key.metric)
+            if cell in pooled:  # several points folded into one column: pool their repetitions
+                pooled[cell].values.extend(series.values)
+            else:
+                pooled[cell] = baselines.Series(series.point, series.params, series.unit, list(series.values))
+        table = {}
+        for cell, series in pooled.items():
+            stats = verdicts.stats_of(series.values)
+            if stats is not None:
+                table[cell] = baselines.Summary(series.point, series.params, series.unit, stats)
+        tables.append(table)
+    return tables
+
+
+def _described(stats: Any) -> dict[str, Any]:
+    """A compared cell's statistics, as ``describe`` words them."""
+    return {"n": stats.n, "mean": stats.mean, "median": stats.median, "stdev": stats.stdev, "min": stats.min,
+            "max": stats.max, "cv": (stats.stdev / stats.mean) if stats.mean else None}  # fmt: skip
 
 
 # --- pages: dashboard, live campaign page, builder ---------------------------------------------------

@@ -52,6 +52,7 @@ from campaigns.models import (
     Run,
     RunHost,
     RunStatus,
+    Statistic,
 )
 from campaigns.reservations import (
     _has_busy_run,
@@ -349,4 +350,14 @@ def campaign_cancel(*, campaign: Campaign) -> Campaign:
             run_finish(run_id=run_id, status=RunStatus.CANCELLED, error="cancelled by the user", kill=True)
         campaign_wind_down(campaign=campaign)
     campaign.refresh_from_db()
+    return campaign
+
+
+def campaign_set_statistic(*, campaign: Campaign, statistic: str) -> Campaign:
+    """Sum the campaign's points up by ``statistic`` (mean or median) from now on, in whatever state it is: the choice
+    changes how its numbers are read, never what was measured. Verdicts already stored keep the statistic they used."""
+    if statistic not in Statistic.values:
+        raise CampaignError(f"must be one of {', '.join(Statistic.values)}, got {statistic!r}", field="statistic")
+    Campaign.objects.filter(pk=campaign.pk).update(statistic=statistic)
+    campaign.statistic = statistic
     return campaign

@@ -10,6 +10,8 @@ Format (see examples/campaigns/ and the README)::
     storage: lab-local                # optional storage system (its flush command, export path)
     repetitions: 3
     warmup_runs: 0                    # per matrix point, run first and left out of statistics
+    statistic: median                 # a point's repetitions summed up by mean (default) or median, in show,
+                                      # charts, compare, verdicts and exports alike (seed 004: the median of 3)
     cache: {flush_clients: true, flush_storage: true}
     timeout: 600                      # seconds per run
     fixed: {bs: 1M, size: 64M}        # parameters of every run
@@ -48,8 +50,9 @@ from plugins.telemetry import validate_telemetry
 TOP_LEVEL = {
     "name", "description", "kind", "nodes", "node_tags", "storage", "repetitions", "warmup_runs", "cache",
     "timeout", "fixed", "matrix", "env", "zip", "exclude", "overrides", "derived", "mounts", "container",
-    "launcher", "family", "verdict", "telemetry",
+    "launcher", "family", "verdict", "telemetry", "statistic",
 }  # fmt: skip
+STATISTICS = ("mean", "median")  # campaigns.models.Statistic: what a point's repetitions are summed up by
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CACHE_KEYS = {"flush_clients", "flush_storage"}
 SCALAR = (str, int, float, bool)
@@ -170,6 +173,7 @@ def validate(data: dict[str, Any]) -> dict[str, Any]:
         "rules": rules,
         "family": _family(data.get("family")),
         "verdict": _verdict(data.get("verdict")),
+        "statistic": _statistic(data.get("statistic")),
     }
     if not isinstance(spec["storage"], str):
         raise SpecError("storage", "must be the name of a storage system")
@@ -177,6 +181,7 @@ def validate(data: dict[str, Any]) -> dict[str, Any]:
         raise SpecError("nodes", "select at least one node (nodes: [...] or node_tags: [...])")
     if spec["telemetry"] and spec["launcher"]:
         raise SpecError("telemetry", "samplers are not supported under Slurm yet: use launcher: {kind: direct}")
+    _check_pairs(spec)
     _validate_points(benchmark, spec)
     return spec
 
@@ -189,7 +194,16 @@ def _family(value: Any) -> str:
     return value
 
 
-VERDICT_KEYS = {"threshold_pct", "alpha", "min_repetitions", "rerun_regressions", "metrics", "webhook", "differs_in"}
+def _statistic(value: Any) -> str:
+    if value is None:
+        return "mean"
+    if value not in STATISTICS:
+        raise SpecError("statistic", f"must be one of {', '.join(STATISTICS)}, got {value!r}")
+    return str(value)
+
+
+VERDICT_KEYS = {"threshold_pct", "alpha", "min_repetitions", "rerun_regressions", "metrics", "webhook", "differs_in",
+                "pairs"}  # fmt: skip
 
 
 def _verdict(value: Any) -> dict[str, Any]:
@@ -214,6 +228,7 @@ def _verdict(value: Any) -> dict[str, Any]:
     if not isinstance(differs, list) or not all(isinstance(d, str) and d for d in differs):
         raise SpecError("verdict.differs_in", "must be a list of what may differ from the baseline: fixed parameter "
                         "names, hardware or software (what the campaign is testing)")  # fmt: skip
+    _pairs(value.get("pairs", []))
     metrics = value.get("metrics", [])
     if not isinstance(metrics, list) or not all(isinstance(m, str) and m for m in metrics):
         raise SpecError("verdict.metrics", "must be a list of metric names (empty: every metric)")
@@ -225,6 +240,33 @@ def _verdict(value: Any) -> dict[str, Any]:
         if refusal:
             raise SpecError("verdict.webhook", f"{refusal} (RACKBENCH_WEBHOOK_ALLOW_PRIVATE=1 allows it)")
     return dict(value)
+
+
+def _pairs(value: Any) -> None:
+    """verdict.pairs: which baseline point each candidate point is judged against, where their parameters differ
+    (campaigns.baselines._judged_keys): ``[{baseline: {bs: 128k}, candidate: {bs: 4k}}]``."""
+    if not isinstance(value, list):
+        raise SpecError("verdict.pairs", "must be a list of {baseline: {NAME: VALUE}, candidate: {NAME: VALUE}}")
+    for i, pair in enumerate(value):
+        if not isinstance(pair, dict) or set(pair) != {"baseline", "candidate"}:
+            raise SpecError(f"verdict.pairs[{i}]", "must be a mapping with exactly the keys baseline and candidate")
+        for side in ("baseline", "candidate"):
+            values = pair[side]
+            if not isinstance(values, dict) or not values:
+                raise SpecError(f"verdict.pairs[{i}].{side}", "must map one or more parameter names to values")
+            for name, v in values.items():
+                if not isinstance(v, SCALAR):
+                    raise SpecError(f"verdict.pairs[{i}].{side}.{name}", "must be a single value")
+
+
+def _check_pairs(spec: dict[str, Any]) -> None:
+    """A pair's candidate side names parameters of this campaign (its baseline is known only when it is judged)."""
+    known = set(spec["fixed"]) | {name for name, _ in spec["matrix"]}
+    for i, pair in enumerate(spec["verdict"].get("pairs") or []):
+        for name in pair["candidate"]:
+            if name not in known:
+                raise SpecError(f"verdict.pairs[{i}].candidate.{name}", "is not a parameter of this campaign (fixed "
+                                f"or matrix: {', '.join(sorted(known)) or 'none'})")  # fmt: skip
 
 
 def _allow_private_webhooks() -> bool:

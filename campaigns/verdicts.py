@@ -7,8 +7,9 @@ campaigns of the same family (the *history*). The decision rule, in order:
 0. Non-finite values (nan, inf) are dropped; everything else is a float.
 1. Missing side: no baseline or no candidate values (the point failed, or was not in the baseline)
    -> ``inconclusive``, test ``missing``.
-2. Change: ``change_pct = (candidate mean - baseline mean) / |baseline mean| * 100``, so its sign is the
-   direction of the change even for a negative baseline; ``None`` for a zero baseline mean. Equal means, or
+2. Change: ``change_pct = (candidate - baseline) / |baseline| * 100`` of each side's statistic (the policy's: the
+   mean, or the median of the repetitions), so its sign is the direction of the change even for a negative
+   baseline; ``None`` for a zero baseline. Equal values, or
    ``|change_pct| < threshold_pct`` -> ``pass``, test ``threshold-only``: a change that small does not
    matter, however significant. A change away from a zero baseline counts as beyond any threshold. Whether a
    change is worse or better follows the metric's direction (higher or lower is better).
@@ -17,10 +18,12 @@ campaigns of the same family (the *history*). The decision rule, in order:
    a. Repetitions: when both sides have at least ``min_repetitions`` values, Welch's t-test
       (two-sided, unequal variances) must give ``p < alpha``. Identical repetitions on both sides make the
       difference exact: ``p = 0``.
-   b. History: when at least two earlier campaigns have values, the candidate mean must lie beyond the
+   Welch's test is a test of the means, whichever statistic the change is measured by: it says whether the two
+   sides' repetitions differ beyond their spread.
+   b. History: when at least two earlier campaigns have values, the candidate's statistic must lie beyond the
       prediction interval of the next campaign mean, ``m ± t(1 - alpha/2, k - 1) · s · sqrt(1 + 1/k)``,
-      where ``m`` and ``s`` are the mean and standard deviation of the ``k`` campaign means (earlier campaigns
-      and the baseline), on the side the change points to. This catches what repetitions cannot see:
+      where ``m`` and ``s`` are the mean and standard deviation of the ``k`` campaigns' statistics (earlier
+      campaigns and the baseline), on the side the change points to. This catches what repetitions cannot see:
       campaign-to-campaign variation (reboots, placement, thermal state).
    c. Neither rule applies (too few repetitions, no history): the threshold alone decides, test
       ``threshold-only``, and the reason says that the spread could not be estimated.
@@ -65,6 +68,9 @@ TEST_MISSING = "missing"
 MIN_HISTORY_CAMPAIGNS = 2  # with the baseline, three campaign means: the fewest that give a usable spread
 
 
+STATISTICS = ("mean", "median")  # campaigns.models.Statistic
+
+
 class PolicyError(FieldError):
     pass
 
@@ -80,6 +86,7 @@ class Policy:
     threshold_pct: float = 5.0
     alpha: float = 0.05
     min_repetitions: int = 2
+    statistic: str = "mean"  # what each side's repetitions are summed up by (the campaign's choice)
 
     def __post_init__(self) -> None:
         if not _is_number(self.threshold_pct) or self.threshold_pct < 0:
@@ -90,6 +97,8 @@ class Policy:
             raise PolicyError("min_repetitions", "must be an integer")
         if self.min_repetitions < 2:
             raise PolicyError("min_repetitions", "must be at least 2: one value has no spread")
+        if self.statistic not in STATISTICS:
+            raise PolicyError("statistic", f"must be one of {', '.join(STATISTICS)}")
         # JSON and YAML give integers for round numbers; floats here make asdict() the same however it was written.
         object.__setattr__(self, "threshold_pct", float(self.threshold_pct))
         object.__setattr__(self, "alpha", float(self.alpha))
@@ -117,6 +126,11 @@ class Stats:
     min: float
     max: float
     cv: float | None
+    median: float | None = None
+
+    def center(self, statistic: str) -> float:
+        """The side's value by the statistic chosen: its mean, or its median."""
+        return self.median if statistic == "median" and self.median is not None else self.mean
 
 
 @dataclass(frozen=True)
@@ -165,16 +179,24 @@ def _stats(values: Sequence[float]) -> Stats | None:
     mean = statistics.fmean(values)
     stdev = sample_stdev(values)
     cv = stdev / abs(mean) if len(values) > 1 and mean != 0 else None
-    return Stats(n=len(values), mean=mean, stdev=stdev, min=min(values), max=max(values), cv=cv)
+    median = statistics.median(values)
+    return Stats(n=len(values), mean=mean, stdev=stdev, min=min(values), max=max(values), cv=cv, median=median)
 
 
-def _welch_p(baseline: Sequence[float], candidate: Sequence[float]) -> float:
-    """Two-sided p-value of Welch's t-test; each side has at least two values, one side has some spread."""
+def stats_of(values: Iterable[float]) -> Stats | None:
+    """One side's Stats from its repetitions (non-finite values dropped); None when none is left."""
+    return _stats(_finite(values))
+
+
+def _welch_p(baseline: Stats, candidate: Stats) -> float:
+    """Two-sided p-value of Welch's t-test from each side's n, mean and sample stdev (what SQL aggregates give); each
+    side has at least two values, one side has some spread."""
     with warnings.catch_warnings():
-        # scipy warns of "catastrophic cancellation" for a side of identical values; its variance is exactly 0,
-        # which is what Welch's formula needs, so the result stands.
         warnings.simplefilter("ignore", RuntimeWarning)
-        return float(scipy_stats.ttest_ind(baseline, candidate, equal_var=False).pvalue)
+        result = scipy_stats.ttest_ind_from_stats(
+            baseline.mean, baseline.stdev, baseline.n, candidate.mean, candidate.stdev, candidate.n, equal_var=False
+        )
+        return float(result.pvalue)
 
 
 def _band(campaign_means: Sequence[float], alpha: float) -> _Band:
@@ -225,29 +247,29 @@ def _welch_clause(p: float, alpha: float, exact: bool) -> str:
     return f"Welch's t-test p={p:.2g} ≥ {alpha:g}: the change is within the spread of the repetitions"
 
 
-def _history_clause(band: _Band, alpha: float, unit: str, beyond: bool) -> str:
+def _history_clause(band: _Band, alpha: float, unit: str, beyond: bool, statistic: str = "mean") -> str:
     where = "outside" if beyond else "inside"
     interval = f"{_fmt(band.low, unit)} – {_fmt(band.high, unit)}"
     level = f"{(1 - alpha) * 100:g}%"
     return (
-        f"the candidate mean is {where} the usual campaign-to-campaign range {interval} "
+        f"the candidate {statistic} is {where} the usual campaign-to-campaign range {interval} "
         f"({level} prediction interval over {band.k} campaigns)"
     )
 
 
 def _weigh_noise(
-    baseline: Sequence[float], candidate: Sequence[float], earlier: Sequence[float], policy: Policy, unit: str
+    baseline: Stats, candidate: Stats, earlier: Sequence[float], policy: Policy, unit: str
 ) -> tuple[bool | None, float | None, str, str]:
     """Whether a change beyond the threshold stands out from the noise (rule 3 of the module docstring).
 
     Answers (found, p-value, test, evidence): found is None when no rule could be applied, True when every
     applicable rule finds the change significant, False otherwise.
     """
-    b, c = statistics.fmean(baseline), statistics.fmean(candidate)
-    enough = min(len(baseline), len(candidate)) >= policy.min_repetitions
+    b, c = baseline.center(policy.statistic), candidate.center(policy.statistic)
+    enough = min(baseline.n, candidate.n) >= policy.min_repetitions
     with_history = len(earlier) >= MIN_HISTORY_CAMPAIGNS
     counts = (
-        f"baseline has {_repetitions(len(baseline))}, candidate {_repetitions(len(candidate))}; "
+        f"baseline has {_repetitions(baseline.n)}, candidate {_repetitions(candidate.n)}; "
         f"at least {policy.min_repetitions} per side needed"
     )
     if not enough and not with_history:
@@ -256,13 +278,14 @@ def _weigh_noise(
     p: float | None = None
     findings: list[tuple[bool, str]] = []  # (finds the change significant, what it found)
     if enough:
-        exact = len(set(baseline)) == len(set(candidate)) == 1  # scipy would answer nan, or 0 with a warning
+        # each side's repetitions all alike: scipy would answer nan, or 0 with a warning
+        exact = baseline.min == baseline.max and candidate.min == candidate.max
         p = 0.0 if exact else _welch_p(baseline, candidate)
         findings.append((p < policy.alpha, _welch_clause(p, policy.alpha, exact)))
     if with_history:
         band = _band([*earlier, b], policy.alpha)
         beyond = c > band.high if c > b else c < band.low
-        findings.append((beyond, _history_clause(band, policy.alpha, unit, beyond)))
+        findings.append((beyond, _history_clause(band, policy.alpha, unit, beyond, policy.statistic)))
 
     test = TEST_HISTORY if with_history else TEST_WELCH
     texts = [text for _, text in findings]
@@ -285,24 +308,42 @@ def judge(
     metric: str = "",
     unit: str = "",
 ) -> Judgement:
-    """Judge one metric at one matrix point; the rule is the module docstring's."""
+    """Judge one metric at one matrix point from each side's repetitions; the rule is the module docstring's."""
+    earlier = [s.center(policy.statistic) for s in map(stats_of, history) if s is not None]
+    return judge_stats(baseline=stats_of(baseline), candidate=stats_of(candidate), higher_is_better=higher_is_better,
+                       policy=policy, history=earlier, metric=metric, unit=unit)  # fmt: skip
+
+
+def judge_stats(
+    *,
+    baseline: Stats | None,
+    candidate: Stats | None,
+    higher_is_better: bool,
+    policy: Policy,
+    history: Sequence[float] = (),
+    metric: str = "",
+    unit: str = "",
+) -> Judgement:
+    """``judge`` from each side's statistics (n, mean, median, sample stdev, min, max: what SQL aggregates give) and
+    the earlier campaigns' statistics (their means or medians, as the policy's), not from the repetitions."""
     name = metric or "the metric"
-    b_values, c_values = _finite(baseline), _finite(candidate)
-    b, c = _stats(b_values), _stats(c_values)
+    if policy.statistic != "mean":
+        name = f"the {policy.statistic} of {name}"
+    b, c = baseline, candidate
     if b is None or c is None:
         return _missing(name, b, c)
 
-    change = (c.mean - b.mean) / abs(b.mean) * 100 if b.mean != 0 else None
-    worse = c.mean < b.mean if higher_is_better else c.mean > b.mean
-    movement = _movement(name, unit, b.mean, c.mean, change, worse)
-    if c.mean == b.mean or (change is not None and abs(change) < policy.threshold_pct):
+    before, after = b.center(policy.statistic), c.center(policy.statistic)
+    change = (after - before) / abs(before) * 100 if before != 0 else None
+    worse = after < before if higher_is_better else after > before
+    movement = _movement(name, unit, before, after, change, worse)
+    if after == before or (change is not None and abs(change) < policy.threshold_pct):
         reason = f"{movement}, within the {policy.threshold_pct:g}% threshold: no significant change"
         return Judgement(PASS, change, b, c, None, TEST_THRESHOLD, reason)
 
     limit = "any threshold" if change is None else f"the {policy.threshold_pct:g}% threshold"
     movement = f"{movement}, beyond {limit}"
-    earlier = [statistics.fmean(values) for values in map(_finite, history) if values]
-    found, p, test, evidence = _weigh_noise(b_values, c_values, earlier, policy, unit)
+    found, p, test, evidence = _weigh_noise(b, c, list(history), policy, unit)
     outcome = INCONCLUSIVE if found is False else REGRESSION if worse else IMPROVEMENT  # None: threshold alone
     return Judgement(outcome, change, b, c, p, test, f"{movement}; {evidence}")
 

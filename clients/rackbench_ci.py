@@ -492,8 +492,8 @@ def _rows(t: Tracked) -> list[tuple[str, ...]]:
             t.name,
             point_label(item),
             f"{item.get('metric', '?')}",  # the values carry the unit
-            _num(_mean(item.get("baseline")), item.get("unit", "")),
-            _num(_mean(item.get("candidate")), item.get("unit", "")),
+            _num(_value(item.get("baseline"), _statistic(t.verdict)), item.get("unit", "")),
+            _num(_value(item.get("candidate"), _statistic(t.verdict)), item.get("unit", "")),
             "-" if item.get("change_pct") is None else f"{item['change_pct']:+.1f}%",
             _p(item.get("p_value")),
             str(item.get("outcome", "?")),
@@ -527,6 +527,7 @@ def _campaign_line(t: Tracked) -> str:
     baseline = t.verdict.get("baseline_campaign")
     if isinstance(baseline, dict):
         line += f" against {baseline.get('name')} (#{baseline.get('id')})"
+    line += f", by the {_statistic(t.verdict)} of each side's repetitions"
     differences: list[Any] = next(
         (i["differences"] for i in _items(t.verdict) if isinstance(i.get("differences"), list)), []
     )
@@ -565,8 +566,14 @@ def point_label(item: Mapping[str, Any]) -> str:
     return ",".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in params.items())
 
 
-def _mean(stats: Any) -> float | None:
-    return stats.get("mean") if isinstance(stats, dict) else None
+def _statistic(verdict: Mapping[str, Any]) -> str:
+    """What the verdict summed each side up by: the campaign's statistic (verdicts before it existed: the mean)."""
+    policy = verdict.get("policy")
+    return str(policy.get("statistic") or "mean") if isinstance(policy, dict) else "mean"
+
+
+def _value(stats: Any, statistic: str) -> float | None:
+    return stats.get(statistic) if isinstance(stats, dict) else None
 
 
 def _num(value: Any, unit: str = "") -> str:
@@ -821,7 +828,7 @@ def _item_details(item: Mapping[str, Any], verdict: Mapping[str, Any]) -> str:
 def _stats(stats: Any, unit: str = "") -> str:
     if not isinstance(stats, dict):
         return "none"
-    shown = {k: _num(stats.get(k), unit) for k in ("mean", "stdev", "min", "max")}
+    shown = {k: _num(stats.get(k), unit) for k in ("mean", "median", "stdev", "min", "max") if k in stats}
     return " ".join([f"n={stats.get('n')}", *(f"{k}={v}" for k, v in shown.items()), f"cv={_num(stats.get('cv'))}"])
 
 

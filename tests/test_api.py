@@ -564,7 +564,7 @@ def test_it_compares_sets_in_the_order_written_and_reads_the_pages_parameters_to
     assert mixed["columns"][2]["label"] == "b · point 0"  # the reference is the first written: the run
     as_page = api.get(f"/api/v1/compare/?campaign={a.pk}&campaign={b.pk}&threshold=30").json()
     as_api = api.get(f"/api/v1/compare/?campaigns={a.pk},{b.pk}&threshold_pct=30").json()
-    assert as_page == as_api and as_api["policy"] == {"threshold_pct": 30.0, "alpha": 0.05}
+    assert as_page == as_api and as_api["policy"] == {"threshold_pct": 30.0, "alpha": 0.05, "statistic": "mean"}
     read = next(r for r in as_api["rows"] if r["params"]["rw"] == "read")
     assert read["changes"][1]["outcome"] == "pass"  # -20% inside a 30% threshold
     strict = api.get(f"/api/v1/compare/?campaigns={a.pk},{b.pk}&alpha=0.01").json()

@@ -262,8 +262,8 @@ def test_it_ends_the_summary_with_counts_outcome_and_link() -> None:
     lines = ci.summary_lines([judged(verdict(READ_1M, RANDREAD_IOPS, RANDREAD_P99))], Policy(), URL)
 
     assert lines[-2] == (
-        "fio-nvme-ci: regression (1 pass, 1 improvement, 1 regression) against fio-nvme-baseline (#41)"
-        f"  {URL}/campaigns/7/"
+        "fio-nvme-ci: regression (1 pass, 1 improvement, 1 regression) against fio-nvme-baseline (#41), by the mean of "
+        f"each side's repetitions  {URL}/campaigns/7/"
     )
     assert lines[-1] == "overall: regression (exit 1)"
 
@@ -272,7 +272,8 @@ def test_it_names_the_error_of_a_campaign_in_the_summary() -> None:
     lines = ci.summary_lines([judged(verdict(READ_1M)), errored()], Policy(), URL, table=False)
 
     assert lines == [
-        f"fio-nvme-ci: pass (1 pass) against fio-nvme-baseline (#41)  {URL}/campaigns/7/",
+        f"fio-nvme-ci: pass (1 pass) against fio-nvme-baseline (#41), by the mean of each side's repetitions  "
+        f"{URL}/campaigns/7/",
         f"fio-nvme-ci-2: error: campaign failed: 12/12 runs done, 3 failed  {URL}/campaigns/8/",
         "overall: error (exit 2)",
     ]

@@ -120,3 +120,86 @@ def test_the_campaign_summary_keeps_labelled_aggregates_out_of_the_headline(team
     rows = {r["metric"]: r for r in campaign_summary(campaign=c)}
     assert rows["images_per_sec"]["mean"] == 1005.0 and rows["images_per_sec"]["n"] == 2
     assert rows["images_per_sec{epoch=0}"]["mean"] == 905.0 and rows["images_per_sec{epoch=1}"]["n"] == 2
+
+
+def matrix_campaign(team: Any, name: str, points: dict[str, list[float]], **verdict: Any) -> Campaign:
+    """A succeeded fio campaign whose matrix axis is bs (one point per key of ``points``)."""
+    c = Campaign.objects.create(name=name, kind="fio", team=team, matrix=[["bs", list(points)]], family="ci-nas",
+                                status=CampaignStatus.SUCCEEDED, verdict=verdict)  # fmt: skip
+    for point, (bs, values) in enumerate(points.items()):
+        for i, value in enumerate(values):
+            run = Run.objects.create(campaign=c, sequence=next(_sequence), point=point, params={"bs": bs},
+                                     repetition=i + 1, status=RunStatus.SUCCEEDED)  # fmt: skip
+            Result.objects.create(run=run, name="bw_bytes", value=value, unit="B/s", host="", labels={})
+    return c
+
+
+def test_a_pair_maps_a_candidate_point_to_a_baseline_point_of_other_parameters(team: Any) -> None:
+    """verdict.pairs: the issue's bs 4k candidate judged against the bs 128k baseline because the user said so."""
+    base = finished(team, "nas-128k", {"bs": "128k"}, BIG)
+    ci = finished(team, "nas-ci-4k", {"bs": "4k"}, SMALL)
+    Campaign.objects.filter(pk=ci.pk).update(verdict={"pairs": [{"baseline": {"bs": "128k"},
+                                                                 "candidate": {"bs": "4k"}}]})  # fmt: skip
+    ci.refresh_from_db()
+
+    verdict = baselines.verdict_compute(campaign=ci, baseline_campaign=base)
+
+    bw = next(i for i in verdict.items if i["metric"] == "bw_bytes")
+    assert bw["outcome"] == "regression" and "differences" not in bw
+    assert bw["accepted_differences"] == ["fixed bs: 128k (baseline) vs 4k"]
+    assert bw["paired_with"] == {"pair": 0, "baseline_params": {"rw": "read"}}
+
+
+def test_a_pair_between_matrix_points_judges_them_and_leaves_the_others_matched_by_their_axes(team: Any) -> None:
+    base = matrix_campaign(team, "m-base", {"128k": [1000.0, 1001.0, 999.0], "1m": [2000.0, 2001.0, 1999.0]})
+    cand = matrix_campaign(team, "m-cand", {"4k": [500.0, 501.0, 499.0], "1m": [2000.0, 2001.0, 1999.0]},
+                           pairs=[{"baseline": {"bs": "128k"}, "candidate": {"bs": "4k"}}])  # fmt: skip
+
+    items = baselines.verdict_compute(campaign=cand, baseline_campaign=base).items
+
+    assert [(i["params"], i["outcome"]) for i in items] == [({"bs": "4k"}, "regression"), ({"bs": "1m"}, "pass")]
+    assert items[0]["paired_with"]["baseline_params"] == {"bs": "128k"} and "paired_with" not in items[1]
+
+
+def test_a_pair_that_finds_no_baseline_point_is_inconclusive(team: Any) -> None:
+    base = matrix_campaign(team, "n-base", {"128k": [1000.0, 1001.0, 999.0]})
+    cand = matrix_campaign(team, "n-cand", {"4k": [500.0, 501.0, 499.0]},
+                           pairs=[{"baseline": {"bs": "64k"}, "candidate": {"bs": "4k"}}])  # fmt: skip
+
+    items = baselines.verdict_compute(campaign=cand, baseline_campaign=base).items
+
+    assert [(i["params"], i["outcome"], i["test"]) for i in items] == [
+        ({"bs": "128k"}, "inconclusive", "missing"),  # the baseline point no pair took: no candidate values
+        ({"bs": "4k"}, "inconclusive", "missing"),  # the pair's: no baseline point has bs 64k
+    ]
+
+
+def test_a_pair_maps_points_but_other_differences_still_make_it_inconclusive(team: Any) -> None:
+    base = finished(team, "h-base", {"bs": "128k"}, BIG)
+    ci = finished(team, "h-ci", {"bs": "4k"}, SMALL, tool="fio-3.36")
+    Campaign.objects.filter(pk=ci.pk).update(verdict={"pairs": [{"baseline": {"bs": "128k"},
+                                                                 "candidate": {"bs": "4k"}}]})  # fmt: skip
+    ci.refresh_from_db()
+
+    bw = next(i for i in baselines.verdict_compute(campaign=ci, baseline_campaign=base).items)
+    assert bw["outcome"] == "inconclusive" and bw["differences"][0].startswith("software: ")
+
+
+@pytest.mark.parametrize(
+    ("pairs", "field"),
+    [
+        ({"baseline": {"bs": "128k"}}, "verdict.pairs"),
+        ([{"baseline": {"bs": "128k"}}], "verdict.pairs[0]"),
+        ([{"baseline": {}, "candidate": {"bs": "4k"}}], "verdict.pairs[0].baseline"),
+        ([{"baseline": {"bs": ["128k"]}, "candidate": {"bs": "4k"}}], "verdict.pairs[0].baseline.bs"),
+        ([{"baseline": {"bs": "128k"}, "candidate": {"blocksize": "4k"}}], "verdict.pairs[0].candidate.blocksize"),
+    ],
+)
+def test_it_refuses_a_malformed_pair_naming_the_field(pairs: Any, field: str) -> None:
+    from campaigns.spec import SpecError, validate
+
+    data = {"name": "c", "kind": "fio", "nodes": ["n1"], "fixed": {"bs": "4k", "rw": "read", "size": "1M"},
+            "verdict": {"pairs": pairs}}  # fmt: skip
+    with pytest.raises(SpecError) as raised:
+        validate(data)
+    assert raised.value.field == field

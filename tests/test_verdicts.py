@@ -187,8 +187,32 @@ def test_it_summarises_each_side() -> None:
         "min": 98.0,
         "max": 102.0,
         "cv": pytest.approx(0.02),
+        "median": 100.0,
     }
     assert (verdict.candidate.stdev, verdict.candidate.cv) == (0.0, None)
+
+
+def test_it_measures_the_change_between_medians_when_the_policy_says_median() -> None:
+    skewed = [80.0, 81.0, 200.0]  # its mean rose 20% above the baseline's, its median fell 19%
+
+    by_mean = bandwidth([100, 101, 99], skewed)
+    by_median = bandwidth([100, 101, 99], skewed, policy=Policy(statistic="median"))
+
+    assert by_mean.change_pct == pytest.approx(20.333, abs=1e-3)
+    assert by_median.change_pct == pytest.approx(-19.0)
+    assert by_median.reason.startswith("the median of bw_mbps is 19.0% worse: it fell from 100 MB/s to 81.0 MB/s")
+
+
+def test_it_judges_the_same_from_statistics_as_from_the_repetitions() -> None:
+    from campaigns.verdicts import judge_stats, stats_of
+
+    base, cand = [100.0, 104.0, 98.0, 101.0], [90.0, 93.0, 91.0, 95.0]
+    for statistic in ("mean", "median"):
+        policy = Policy(statistic=statistic)
+        from_values = judge(baseline=base, candidate=cand, higher_is_better=True, policy=policy, metric="bw")
+        from_stats = judge_stats(baseline=stats_of(base), candidate=stats_of(cand), higher_is_better=True,
+                                 policy=policy, metric="bw")  # fmt: skip
+        assert from_stats == from_values
 
 
 def test_it_judges_a_change_away_from_a_zero_baseline_without_a_percentage() -> None:

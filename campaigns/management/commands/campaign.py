@@ -138,7 +138,10 @@ class Command(BaseCommand):
         if not rows:
             self.stdout.write("no results")
             return
-        table = [["point", "params", "metric", "n", "mean", "stdev", "min", "max"]]
+        statistic = campaign.statistic
+        self.stdout.write(f"each point: the {statistic} of its repetitions (the campaign's statistic)")
+        shown = ("median", "mean") if statistic == "median" else ("mean", "median")
+        table = [["point", "params", "metric", "n", *shown, "stdev", "min", "max"]]
         for r in rows:
             params = " ".join(f"{k}={v}" for k, v in r["params"].items() if k in dict(campaign.matrix))
             table.append(
@@ -147,7 +150,7 @@ class Command(BaseCommand):
                     params,
                     r["metric"],
                     str(r["n"]),
-                    *(numbers.quantity(r[k], r["unit"]) for k in ("mean", "stdev", "min", "max")),
+                    *(numbers.quantity(r[k], r["unit"]) for k in (*shown, "stdev", "min", "max")),
                 ]  # fmt: skip
             )
         widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
@@ -173,6 +176,7 @@ class Command(BaseCommand):
             "name": campaign.name,
             "status": campaign.status,
             "kind": campaign.kind,
+            "statistic": campaign.statistic,
             "progress": selectors.campaign_progress(campaign=campaign),
             "definition": selectors.campaign_spec(campaign=campaign),
             "runs": runs,
