@@ -281,18 +281,12 @@ def job_output(target: Target, job_dir: str, *, limit: int | None = None) -> tup
 
 
 def fan_out(items: list[Any], fn: Callable[[Any], Any]) -> list[Any]:
-    """``ssh.fan_out`` bounded by RACKBENCH_SSH_FANOUT: how every step of a run reaches its hosts.
+    """``ssh.fan_out`` bounded by RACKBENCH_SSH_FANOUT: how every step of a run reaches its hosts."""
+    return ssh.fan_out(items, fn, workers=settings.RACKBENCH["SSH_FANOUT"], on_thread_exit=close_thread_connections)
 
-    A pool thread that touched the database closes its connection when its work ends: left to the garbage
-    collector, a 64-node run held a hundred of them, past PostgreSQL's default limit."""
 
-    def call(item: Any) -> Any:
-        try:
-            return fn(item)
-        finally:
-            if threading.current_thread() is not threading.main_thread() and threading.current_thread().name.startswith(
-                "ssh"
-            ):
-                db.connections.close_all()  # this thread's own connections only: they are per thread
-
-    return ssh.fan_out(items, call, workers=settings.RACKBENCH["SSH_FANOUT"])
+def close_thread_connections() -> None:
+    """Close the calling thread's database connections (Django keeps them per thread). A fan-out thread that touched
+    the database does this as it ends: left to the garbage collector, a 64-node run held a hundred of them, past
+    PostgreSQL's default limit."""
+    db.connections.close_all()

@@ -237,3 +237,32 @@ def test_fan_out_threads_give_their_database_connections_back() -> None:
     before = open_connections()
     assert remote.fan_out(list(range(16)), lambda _: Node.objects.count()) == [0] * 16
     assert open_connections() <= before
+
+
+def test_fan_out_runs_the_thread_exit_hook_in_every_pool_thread_before_it_returns() -> None:
+    import threading
+
+    worked: set[str] = set()
+    exited: list[str] = []
+
+    def work(item: int) -> int:
+        worked.add(threading.current_thread().name)
+        return item * 2
+
+    results = ssh.fan_out(
+        range(10), work, workers=3, on_thread_exit=lambda: exited.append(threading.current_thread().name)
+    )
+
+    assert results == [item * 2 for item in range(10)]
+    assert len(exited) == 3 and set(exited) >= worked and threading.main_thread().name not in exited
+
+
+def test_fan_out_keeps_each_failure_in_its_slot() -> None:
+    def work(item: int) -> int:
+        if item == 2:
+            raise ValueError("two")
+        return item
+
+    results = ssh.fan_out(range(4), work, workers=2, on_thread_exit=lambda: None)
+
+    assert results[:2] == [0, 1] and isinstance(results[2], ValueError) and results[3] == 3
