@@ -29,10 +29,11 @@ from plugins.containers.base import (
     ContainerSpec,
     check_exec,
     check_host_path,
+    check_image_file_or_reference,
     check_name,
     check_port,
     gpu_list,
-    image_reference,
+    is_local_image,
     parse_volume,
     register,
 )
@@ -45,22 +46,11 @@ STOP_SCRIPT = 'apptainer instance stop -- "$1" || ! apptainer exec "instance://$
 RUNNING_SCRIPT = 'p=$(cat "$1" 2>/dev/null) && [ -n "$p" ] && kill -0 "$p"'
 
 
-def is_local_image(image: str) -> bool:
-    return image.startswith("/")
-
-
 def image_uri(image: str) -> str:
     """What apptainer is given: the .sif path, or ``docker://REF`` (the prefix is optional in a campaign)."""
-    if is_local_image(image):
-        check_host_path("container.image", image)
-        if not image.endswith(".sif"):
-            raise ParamError("container.image", f"{image!r}: a local apptainer image is a .sif file")
+    if check_image_file_or_reference(image, runtime="apptainer", suffix=".sif", scheme="docker://") is None:
         return image
-    reference = image.removeprefix("docker://")
-    if reference.endswith(".sif"):
-        raise ParamError("container.image", f"{image!r}: give a .sif file as an absolute path")
-    image_reference(reference)
-    return f"docker://{reference}"
+    return f"docker://{image.removeprefix('docker://')}"
 
 
 def with_env(env: dict[str, str], argv: list[str]) -> list[str]:
