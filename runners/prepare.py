@@ -145,11 +145,12 @@ def _prepare_host(job: HostJob) -> None:
     data_dirs = [job.context.data_dir] + [f"{mount}/{job.context.node}" for mount in job.context.mounts]
     dirs = data_dirs + ([job.service_dir] if job.service else [])
     env = _main_env(job)
-    remote.job_prepare(job.target, run_dir, extra_dirs=dirs, files=_main_files(job))
+    files = {run_dir: _main_files(job)}
     if job.service:
         service_files = dict(job.service.files)
         service_files["command.sh"] = remote.command_script(job.service.argv, job.service.env)
-        remote.job_prepare(job.target, job.service_dir, extra_dirs=[], files=service_files)
+        files[job.service_dir] = service_files
+    remote.jobs_prepare(job.target, files, extra_dirs=dirs)
     RunHost.objects.filter(pk=job.row.pk).update(
         command=display_command(run_dir, job.main.argv, env) if job.main else "",
         service_command=display_command(job.service_dir, job.service.argv, job.service.env) if job.service else "",

@@ -16,6 +16,7 @@ the files.
 
 from __future__ import annotations
 
+import base64
 import shlex
 import threading
 from collections.abc import Callable
@@ -82,12 +83,14 @@ class Target:
     endpoint: ssh.Endpoint
     pkey: paramiko.PKey
 
-    def run(self, command: str, *, timeout: float | None = None) -> ssh.CommandResult:
-        return pool().run(self.endpoint, self.pkey, command, timeout=timeout)
+    def run(self, command: str, *, timeout: float | None = None, stdin: bytes | None = None) -> ssh.CommandResult:
+        return pool().run(self.endpoint, self.pkey, command, timeout=timeout, stdin=stdin)
 
-    def check(self, command: str, *, what: str, timeout: float | None = None) -> ssh.CommandResult:
+    def check(
+        self, command: str, *, what: str, timeout: float | None = None, stdin: bytes | None = None
+    ) -> ssh.CommandResult:
         """Run a command that must succeed; a non-zero exit is a permanent error naming ``what``."""
-        result = self.run(command, timeout=timeout)
+        result = self.run(command, timeout=timeout, stdin=stdin)
         if not result.ok:
             detail = (result.stderr or result.stdout).strip()[-500:]
             raise ssh.PermanentSSHError(self.endpoint, f"{what} failed (exit {result.exit_code}): {detail}")
@@ -167,10 +170,33 @@ def command_script(argv: list[str], env: dict[str, str]) -> str:
 
 
 def job_prepare(target: Target, job_dir: str, *, extra_dirs: list[str], files: dict[str, str]) -> None:
-    """Create the job directory (and any data directories) and write its files."""
-    target.check(shlex.join(["mkdir", "-p", job_dir, *extra_dirs]), what="creating the run directory")
-    target.put({f"{job_dir}/{name}": content for name, content in files.items()})
-    target.put({f"{job_dir}/launch.sh": LAUNCHER}, mode=0o755)
+    """Create the job directory (and any data directories) and write its files, in one round trip."""
+    jobs_prepare(target, {job_dir: files}, extra_dirs=extra_dirs)
+
+
+def jobs_prepare(target: Target, jobs: dict[str, dict[str, str]], *, extra_dirs: list[str]) -> None:
+    """Create job directories (job directory -> its files) and ``extra_dirs`` and write every job's files and
+    launcher, in one round trip: ``sh -s`` reads the script of ``prepare_script`` on its standard input."""
+    script = prepare_script(jobs, extra_dirs=extra_dirs)
+    target.check("sh -s", what="creating the run directory and writing its files", stdin=script.encode())
+
+
+FILE_END = "RACKBENCH_FILE_END"  # ends each here-document: "_" is not in the base64 alphabet, so no line is this
+
+
+def prepare_script(jobs: dict[str, dict[str, str]], *, extra_dirs: list[str]) -> str:
+    """A shell script that makes the directories and writes the files: each file's content goes base64-encoded in a
+    quoted here-document (nothing in it is expanded), each path through shlex.quote. Files are 0644, the launcher
+    0755. It stops at the first failure. On standard input it has no length limit, where a command line has."""
+    lines = ["set -e", shlex.join(["mkdir", "-p", *jobs, *extra_dirs])]
+    for job_dir, files in jobs.items():
+        modes = [(name, content, "644") for name, content in files.items()] + [("launch.sh", LAUNCHER, "755")]
+        for name, content, mode in modes:
+            path = f"{job_dir}/{name}"
+            encoded = base64.encodebytes(content.encode()).decode()
+            lines += [f"base64 -d > {shlex.quote(path)} <<'{FILE_END}'", encoded + FILE_END]
+            lines.append(shlex.join(["chmod", mode, path]))
+    return "\n".join(lines) + "\n"
 
 
 JOB_MARKER = "RACKBENCH_JOB"  # in the environment of every process a job starts: its directory

@@ -265,9 +265,16 @@ class Pool:
 
     # --- commands and files -----------------------------------------------------------------
     def run(
-        self, endpoint: Endpoint, pkey: paramiko.PKey, command: str, *, timeout: float | None = None
+        self,
+        endpoint: Endpoint,
+        pkey: paramiko.PKey,
+        command: str,
+        *,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
     ) -> CommandResult:
-        """Run one shell command line (built with shlex by the caller) and wait for it."""
+        """Run one shell command line (built with shlex by the caller) and wait for it; ``stdin``: what the command
+        reads on its standard input, sent with the command (in the same round trip)."""
         timeout = timeout or self.timeouts.command
         started = time.monotonic()
         try:
@@ -282,6 +289,9 @@ class Pool:
             raise TransientSSHError(endpoint, f"cannot open a channel: {exc or type(exc).__name__}") from None
         try:
             channel.exec_command(command)
+            if stdin is not None:
+                channel.sendall(stdin)
+                channel.shutdown_write()
             stdout, stderr = _drain(channel, deadline=started + timeout)
             if stdout is None:
                 raise CommandTimeout(endpoint, f"command did not finish within {timeout:g} s: {command[:200]}")

@@ -7,6 +7,7 @@ import socket
 import time
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -140,6 +141,33 @@ def test_it_runs_a_detached_job_that_survives_a_dropped_connection(targets: list
     final = _wait_finished(target, job_dir)
     assert final.exit_code == 0
     assert remote.job_output(target, job_dir) == ("done\n", "")
+
+
+def test_it_writes_a_job_s_files_exactly_and_with_their_modes_in_one_round_trip(targets: list[remote.Target]) -> None:
+    target = targets[0]
+    job_dir = f"{remote.remote_root(target)}/test/files-{time.monotonic_ns()}"
+    data_dir = f"{job_dir}-data/it's $HOME"
+    files = {
+        "command.sh": remote.command_script(["echo", "it's $HOME `id`"], {"A": "b c"}),
+        "job.fio": "[global]\nname=x\nRACKBENCH_FILE_END\n'EOF'\n\u00e9" + "x" * 200_000,  # past a command line's limit
+        "empty": "",
+    }
+    commands: list[str] = []
+    run_command = remote.Target.run
+
+    def counted(self: remote.Target, command: str, **options: Any) -> Any:
+        commands.append(command)
+        return run_command(self, command, **options)
+
+    with mock.patch.object(remote.Target, "run", counted):
+        remote.job_prepare(target, job_dir, extra_dirs=[data_dir], files=files)
+
+    assert len(commands) == 1
+    for name, content in files.items():
+        assert target.get(f"{job_dir}/{name}") == content.encode()
+    listing = target.run(shlex.join(["stat", "-c", "%a %n", *(f"{job_dir}/{n}" for n in [*files, "launch.sh"])]))
+    assert [line.split()[0] for line in listing.stdout.splitlines()] == ["644", "644", "644", "755"]
+    assert target.run(shlex.join(["test", "-d", data_dir])).ok
 
 
 def test_it_kills_the_whole_process_group_of_a_job(targets: list[remote.Target]) -> None:
