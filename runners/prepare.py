@@ -120,9 +120,7 @@ def run_prepare(run: Run) -> list[HostJob]:
             mpi_reachability(run, jobs)
     if options:
         provenance["slurm"] = _prepare_slurm(run, jobs[0], options)
-    provenance["hosts"] = dict(
-        zip([j.row.host for j in jobs], remote.fan_out(jobs, lambda j: _host_info(benchmark, j)), strict=True)
-    )
+    provenance["hosts"] = hosts_provenance(run, benchmark, jobs)
     provenance["params"] = run.params
     provenance["flush"] = flush_caches(run, jobs)
     Run.objects.filter(pk=run.pk).update(provenance=provenance, heartbeat_at=timezone.now())
@@ -250,25 +248,63 @@ def mpi_reachability(run: Run, jobs: list[HostJob]) -> None:
     )
 
 
-def _host_info(benchmark: Benchmark, job: HostJob) -> dict[str, Any]:
+def hosts_provenance(run: Run, benchmark: Benchmark, jobs: list[HostJob]) -> dict[str, dict[str, Any]]:
+    """Each host's kernel, benchmark tool version and hardware, for the run's provenance. The versions are read on a
+    host once per campaign (``uname; fio --version`` costs a tenth of a second or more): later runs reuse what an
+    earlier run of the campaign recorded for the same node."""
+    versions = known_versions(run, jobs)
+    unknown = [j for j in jobs if j.row.host not in versions]
+    read = remote.fan_out(unknown, lambda j: _read_versions(benchmark, j.target))
+    ssh.raise_first(read)
+    versions.update(zip([j.row.host for j in unknown], read, strict=True))
+    return {j.row.host: {**versions[j.row.host], "node": _node_info(j)} for j in jobs}
+
+
+VERSIONS_LOOKBACK = 8  # earlier runs of the campaign searched for a host's versions, newest first
+VERSION_KEYS = ("kernel", "tool_version")
+
+
+def known_versions(run: Run, jobs: list[HostJob]) -> dict[str, dict[str, str]]:
+    """The versions recorded for the run's hosts by the latest earlier runs of its campaign, for each host only
+    where it was the same node (name and address) then."""
+    addresses = {j.row.host: j.row.node.address for j in jobs if j.row.node is not None}
+    earlier = (
+        Run.objects.filter(campaign_id=run.campaign_id, provenance__has_key="hosts")
+        .exclude(pk=run.pk)
+        .order_by("-pk")
+        .values_list("pk", flat=True)[:VERSIONS_LOOKBACK]
+    )
+    found: dict[str, dict[str, str]] = {}
+    for pk in earlier:
+        if len(found) == len(addresses):
+            break
+        recorded = Run.objects.filter(pk=pk).values_list("provenance__hosts", flat=True).first() or {}
+        for host, info in recorded.items():
+            same_node = isinstance(info, dict) and (info.get("node") or {}).get("address") == addresses.get(host)
+            if same_node and host not in found and all(key in info for key in VERSION_KEYS):
+                found[host] = {key: info[key] for key in VERSION_KEYS}
+    return found
+
+
+def _read_versions(benchmark: Benchmark, target: remote.Target) -> dict[str, str]:
+    version = shlex.join(benchmark.version_argv) if benchmark.version_argv else "true"
+    result = target.run(f"uname -srm; {version} 2>&1 | head -n 3")
+    kernel, _, tool = result.stdout.partition("\n")
+    return {"kernel": kernel.strip(), "tool_version": tool.strip()}
+
+
+def _node_info(job: HostJob) -> dict[str, Any]:
     node = job.row.node
     assert node is not None
-    version = shlex.join(benchmark.version_argv) if benchmark.version_argv else "true"
-    result = job.target.run(f"uname -srm; {version} 2>&1 | head -n 3")
-    kernel, _, tool = result.stdout.partition("\n")
     return {
-        "kernel": kernel.strip(),
-        "tool_version": tool.strip(),
-        "node": {
-            "address": node.address,
-            "cpu_model": node.cpu_model,
-            "cpu_cores": node.cpu_cores,
-            "ram_mb": node.ram_mb,
-            "gpu_model": node.gpu_model,
-            "gpu_count": node.gpu_count,
-            "facts": node.facts,
-            "facts_collected_at": node.facts_collected_at.isoformat() if node.facts_collected_at else None,
-        },
+        "address": node.address,
+        "cpu_model": node.cpu_model,
+        "cpu_cores": node.cpu_cores,
+        "ram_mb": node.ram_mb,
+        "gpu_model": node.gpu_model,
+        "gpu_count": node.gpu_count,
+        "facts": node.facts,
+        "facts_collected_at": node.facts_collected_at.isoformat() if node.facts_collected_at else None,
     }
 
 
