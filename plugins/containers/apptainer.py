@@ -19,7 +19,6 @@ reference run as ``docker://REF`` (apptainer converts and caches it; no digest i
 
 from __future__ import annotations
 
-from plugins.benchmarks.base import ParamError
 from plugins.containers.base import (
     KEYS_MOUNT,
     SSH_PORT_ENV,
@@ -30,8 +29,8 @@ from plugins.containers.base import (
     check_exec,
     check_host_path,
     check_image_file_or_reference,
+    check_login_user_runtime,
     check_name,
-    check_port,
     gpu_list,
     is_local_image,
     parse_volume,
@@ -74,12 +73,8 @@ class ApptainerRuntime(ContainerRuntime):
 
     def validate(self, spec: ContainerSpec) -> None:
         super().validate(spec)
-        check_port(spec.ssh_port, lowest=1024)
         image_uri(spec.image)
-        if spec.network != "host":
-            raise ParamError("container.network", "apptainer instances share the node's network: use host")
-        if spec.privileged:
-            raise ParamError("container.privileged", "apptainer instances run unprivileged")
+        check_login_user_runtime(spec, containers="apptainer instances")
 
     def start_argv(self, spec: ContainerSpec, *, name: str, key_dir: str) -> list[list[str]]:
         self.validate(spec)

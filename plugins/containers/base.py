@@ -245,6 +245,16 @@ def check_image_file_or_reference(image: str, *, runtime: str, suffix: str, sche
     return image_reference(reference)
 
 
+def check_login_user_runtime(spec: ContainerSpec, *, containers: str) -> None:
+    """A runtime whose containers run as the node's login user on the node's network (apptainer, enroot): its sshd's
+    port is 1024 or above, the network is the host's, nothing is privileged. ``containers`` names them in messages."""
+    check_port(spec.ssh_port, lowest=1024)
+    if spec.network != "host":
+        raise ParamError("container.network", f"{containers} share the node's network: use host")
+    if spec.privileged:
+        raise ParamError("container.privileged", f"{containers} run unprivileged only")
+
+
 def gpu_list(gpus: str) -> list[str]:
     """The GPUs of a list like "0,1"; empty for "all" and "none"."""
     return [] if gpus in ("all", "none") else gpus.split(",")

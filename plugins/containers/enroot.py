@@ -36,8 +36,8 @@ from plugins.containers.base import (
     check_exec,
     check_host_path,
     check_image_file_or_reference,
+    check_login_user_runtime,
     check_name,
-    check_port,
     gpu_list,
     image_reference,
     is_local_image,
@@ -112,14 +112,10 @@ class EnrootRuntime(ContainerRuntime):
 
     def validate(self, spec: ContainerSpec) -> None:
         super().validate(spec)
-        check_port(spec.ssh_port, lowest=1024)
         reference = check_image_file_or_reference(spec.image, runtime="enroot", suffix=".sqsh")
         if reference is not None and reference["digest"]:
             raise ParamError("container.image", "enroot imports by tag, not by digest: give a tag or a .sqsh path")
-        if spec.network != "host":
-            raise ParamError("container.network", "enroot containers share the node's network: use host")
-        if spec.privileged:
-            raise ParamError("container.privileged", "enroot runs unprivileged containers only")
+        check_login_user_runtime(spec, containers="enroot containers")
 
     def start_argv(self, spec: ContainerSpec, *, name: str, key_dir: str) -> list[list[str]]:
         self.validate(spec)
