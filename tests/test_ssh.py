@@ -13,7 +13,7 @@ import pytest
 
 from inventory.models import HostKey
 from runners import remote, ssh
-from tests.conftest import group_alive
+from tests.conftest import group_alive, wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -253,7 +253,7 @@ def test_the_pool_takes_its_connection_age_from_the_settings(settings: Any) -> N
 def test_fan_out_threads_give_their_database_connections_back() -> None:
     """Each fan-out thread that touches the database opens a connection of its own; it is closed when the thread's
     work ends, not left to the garbage collector (a 64-node run went past PostgreSQL's 100 connections)."""
-    from django.db import connection
+    from django.db import connection, connections
 
     from inventory.models import Node
 
@@ -262,9 +262,17 @@ def test_fan_out_threads_give_their_database_connections_back() -> None:
             cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
             return int(cursor.fetchone()[0])
 
+    used: list[Any] = []
+
+    def count_nodes(_: int) -> int:
+        used.append(connections["default"])  # this thread's own connection (Django keeps them per thread)
+        return Node.objects.count()
+
     before = open_connections()
-    assert remote.fan_out(list(range(16)), lambda _: Node.objects.count()) == [0] * 16
-    assert open_connections() <= before
+    assert remote.fan_out(list(range(16)), count_nodes) == [0] * 16
+    assert used and all(c.connection is None for c in used)  # closed by the time the fan-out returns
+    # The server ends a backend once its client has gone, a moment later.
+    wait_for(lambda: open_connections() <= before, timeout=10, what="the fan-out's connections to end")
 
 
 def test_fan_out_runs_the_thread_exit_hook_in_every_pool_thread_before_it_returns() -> None:
