@@ -16,7 +16,6 @@ the files.
 
 from __future__ import annotations
 
-import base64
 import shlex
 import threading
 from collections.abc import Callable
@@ -181,21 +180,23 @@ def jobs_prepare(target: Target, jobs: dict[str, dict[str, str]], *, extra_dirs:
     target.check("sh -s", what="creating the run directory and writing its files", stdin=script.encode())
 
 
-FILE_END = "RACKBENCH_FILE_END"  # ends each here-document: "_" is not in the base64 alphabet, so no line is this
-
-
 def prepare_script(jobs: dict[str, dict[str, str]], *, extra_dirs: list[str]) -> str:
-    """A shell script that makes the directories and writes the files: each file's content goes base64-encoded in a
-    quoted here-document (nothing in it is expanded), each path through shlex.quote. Files are 0644, the launcher
-    0755. It stops at the first failure. On standard input it has no length limit, where a command line has."""
+    """A shell script that makes the directories and writes the files: each file with the shell's own printf (no
+    process per file), its content and path through shlex.quote. Files are 0644, the launcher 0755. It stops at the
+    first failure. On standard input it has no length limit, where a command line has."""
     lines = ["set -e", shlex.join(["mkdir", "-p", *jobs, *extra_dirs])]
+    texts: list[str] = []
+    launchers: list[str] = []
     for job_dir, files in jobs.items():
-        modes = [(name, content, "644") for name, content in files.items()] + [("launch.sh", LAUNCHER, "755")]
-        for name, content, mode in modes:
+        for name, content in [*files.items(), ("launch.sh", LAUNCHER)]:
+            if "\0" in content:
+                raise ValueError(f"{name}: a job's file is text, without NUL characters")
             path = f"{job_dir}/{name}"
-            encoded = base64.encodebytes(content.encode()).decode()
-            lines += [f"base64 -d > {shlex.quote(path)} <<'{FILE_END}'", encoded + FILE_END]
-            lines.append(shlex.join(["chmod", mode, path]))
+            lines.append(f"printf %s {shlex.quote(content)} > {shlex.quote(path)}")
+            (launchers if name == "launch.sh" else texts).append(path)
+    if texts:
+        lines.append(shlex.join(["chmod", "644", *texts]))
+    lines.append(shlex.join(["chmod", "755", *launchers]))
     return "\n".join(lines) + "\n"
 
 
