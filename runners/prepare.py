@@ -111,7 +111,9 @@ def run_prepare(run: Run) -> list[HostJob]:
     provenance = dict(run.provenance)
     provenance["mounts"] = mount_storage(run, jobs)  # first: the data directories live on the mounts
     provenance["container"] = start_containers(run, jobs)
-    ssh.raise_first(remote.fan_out(jobs, _prepare_host))
+    written = remote.fan_out(jobs, _prepare_host)
+    _record_commands([job for job, result in zip(jobs, written, strict=True) if not isinstance(result, BaseException)])
+    ssh.raise_first(written)
     if run.campaign.telemetry:
         provenance["telemetry"] = samplers.prepare(run, jobs)
     if benchmark.uses_mpi and len(jobs) > 1:
@@ -142,18 +144,23 @@ def _prepare_host(job: HostJob) -> None:
     run_dir = job.context.run_dir
     data_dirs = [job.context.data_dir] + [f"{mount}/{job.context.node}" for mount in job.context.mounts]
     dirs = data_dirs + ([job.service_dir] if job.service else [])
-    env = _main_env(job)
     files = {run_dir: _main_files(job)}
     if job.service:
         service_files = dict(job.service.files)
         service_files["command.sh"] = remote.command_script(job.service.argv, job.service.env)
         files[job.service_dir] = service_files
     remote.jobs_prepare(job.target, files, extra_dirs=dirs)
-    RunHost.objects.filter(pk=job.row.pk).update(
-        command=display_command(run_dir, job.main.argv, env) if job.main else "",
-        service_command=display_command(job.service_dir, job.service.argv, job.service.env) if job.service else "",
-        remote_dir=run_dir,
-    )
+
+
+def _record_commands(jobs: list[HostJob]) -> None:
+    """Store what each host (whose files are written) runs where, in one query from this thread: a fan-out thread
+    would open a database connection of its own for it."""
+    for job in jobs:
+        job.row.command = display_command(job.context.run_dir, job.main.argv, _main_env(job)) if job.main else ""
+        service = job.service
+        job.row.service_command = display_command(job.service_dir, service.argv, service.env) if service else ""
+        job.row.remote_dir = job.context.run_dir
+    RunHost.objects.bulk_update([job.row for job in jobs], ["command", "service_command", "remote_dir"])
 
 
 def _check_slurm_jobs(benchmark: Benchmark, jobs: list[HostJob]) -> None:
