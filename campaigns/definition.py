@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import transaction
@@ -21,6 +21,8 @@ from campaigns.models import (
     Campaign,
     CampaignStatus,
 )
+from campaigns.presets import preset_get
+from campaigns.selectors import campaign_build_check, campaign_spec
 from campaigns.spec import SpecError
 from inventory.models import Node, NodeStatus, StorageSystem, Tag
 from plugins.benchmarks.base import ParamError
@@ -66,9 +68,7 @@ def campaign_definition_check(*, data: dict[str, Any], owner: Any = None, team: 
     )
     if count > limit:
         raise SpecError("matrix", f"expands to {count:,} runs, more than the limit of {limit:,} (RACKBENCH_MAX_RUNS)")
-    nodes = _resolve_nodes(spec["nodes"], team)
-    tags = _resolve_tags(spec["node_tags"], team)
-    storage = _resolve_storage(spec["storage"], team)
+    nodes, tags, storage = _resolve_inventory(spec, team)
     targets = select_nodes(nodes, tags, team)
     _check_node_axis(spec, available=len(targets))
     if spec["mounts"]:
@@ -149,8 +149,6 @@ DEFINITION_FIELDS = (
 
 def _check_builds(campaign: Campaign, spec: dict[str, Any], targets: list[Node]) -> None:
     """Every point built on its hosts as its runs will build it; a refusal names the field."""
-    from campaigns.selectors import campaign_build_check
-
     try:
         campaign_build_check(campaign=campaign, nodes=targets)
     except ParamError as exc:
@@ -184,31 +182,30 @@ def _check_node_axis(spec: dict[str, Any], *, available: int) -> None:
         raise SpecError(field, f"asks for {max(too_many)} nodes but the campaign selects {available}")
 
 
-def _resolve_nodes(names: list[str], team: Team | None) -> list[Node]:
-    found = {n.name: n for n in in_team(Node.objects.filter(name__in=names), team)}
-    for i, name in enumerate(names):
-        if name not in found:
-            raise SpecError(f"nodes[{i}]", f"no node named {name!r} in the inventory")
-    return [found[n] for n in names]
-
-
-def _resolve_tags(names: list[str], team: Team | None) -> list[Tag]:
-    """Tags carried by nodes the campaign may use: another team's tags are as unknown as missing ones."""
+def _resolve_inventory(spec: dict[str, Any], team: Team | None) -> tuple[list[Node], list[Tag], StorageSystem | None]:
+    """The nodes, tags and storage system the spec names, as the team may use them."""
     usable = in_team(Node.objects.all(), team)
-    found = {t.name: t for t in Tag.objects.filter(name__in=names, nodes__in=usable).distinct()}
+    nodes = _resolve(usable, spec["nodes"], field="nodes[{i}]", missing="no node named {name} in the inventory")
+    # Tags carried by nodes the campaign may use: another team's tags are as unknown as missing ones.
+    carried = Tag.objects.filter(nodes__in=usable).distinct()
+    tags = _resolve(carried, spec["node_tags"], field="node_tags[{i}]", missing="no node carries the tag {name}")
+    storages = in_team(StorageSystem.objects.all(), team)
+    missing = "no storage system named {name} in the inventory"
+    storage = _resolve(storages, [spec["storage"]], field="storage", missing=missing)[0] if spec["storage"] else None
+    return nodes, tags, storage
+
+
+M = TypeVar("M", Node, Tag, StorageSystem)
+
+
+def _resolve(queryset: QuerySet[M], names: list[str], *, field: str, missing: str) -> list[M]:
+    """The rows of ``queryset`` named ``names``, in that order. The first name not found is refused at ``field``
+    with ``missing`` (templates: ``{i}`` the name's index, ``{name}`` the name)."""
+    found = {row.name: row for row in queryset.filter(name__in=names)}
     for i, name in enumerate(names):
         if name not in found:
-            raise SpecError(f"node_tags[{i}]", f"no node carries the tag {name!r}")
+            raise SpecError(field.format(i=i), missing.format(name=repr(name)))
     return [found[n] for n in names]
-
-
-def _resolve_storage(name: str, team: Team | None) -> StorageSystem | None:
-    if not name:
-        return None
-    storage = in_team(StorageSystem.objects.filter(name=name), team).first()
-    if storage is None:
-        raise SpecError("storage", f"no storage system named {name!r} in the inventory")
-    return storage
 
 
 def preset_instantiate(
@@ -222,8 +219,6 @@ def preset_instantiate(
     team: Team | None = None,
 ) -> list[Campaign]:
     """Create the campaigns of a preset against this inventory, all of them or none."""
-    from campaigns.presets import preset_get
-
     preset = preset_get(slug)
     if preset is None:
         raise SpecError("preset", f"no preset named {slug!r}")
@@ -242,8 +237,6 @@ def preset_instantiate(
 
 def campaign_clone(*, campaign: Campaign, name: str, owner: Any = None) -> Campaign:
     """A draft copy of ``campaign`` in the same team and family (a clone measures the same thing again)."""
-    from campaigns.selectors import campaign_spec
-
     data = campaign_spec(campaign=campaign)
     data["name"] = name
     if Campaign.objects.filter(name=name, team=campaign.team).exists():

@@ -1,5 +1,5 @@
-"""The remote work campaigns asks for: runs to start, poll, collect and kill, campaigns to tear down; and the
-API's document of a verdict, which its webhook sends.
+"""The remote work campaigns asks for: runs to start, poll, collect and kill, campaigns to tear down; the task that
+advances a campaign; and the API's document of a verdict, which its webhook sends.
 
 ``campaigns`` never imports ``runners``; ``runners`` connects its Celery tasks to this port at ready()
 (runners/apps.py). Each call enqueues one step; callers wrap it in ``transaction.on_commit``.
@@ -36,3 +36,8 @@ runner: Port[Runner] = Port("campaigns.dispatch.runner", provider="runners")
 
 # A verdict as the API shows it (api connects its serializer at ready): the webhook sends the same document.
 verdict_document: Port[Callable[[Any], dict[str, Any]]] = Port("campaigns.dispatch.verdict_document", provider="api")
+
+
+# Advance a campaign in a task (campaigns connects its own Celery task at ready: the services sit below the tasks,
+# which call them).
+advance: Port[Callable[[int], None]] = Port("campaigns.dispatch.advance", provider="campaigns")

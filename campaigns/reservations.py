@@ -36,9 +36,7 @@ def _has_busy_run(campaign: Campaign) -> bool:
 def campaign_advance_soon(*, campaign_id: int) -> None:
     """Advance the campaign in a task once the current transaction commits (every state change that may let a
     campaign go on ends with this)."""
-    from campaigns.tasks import campaign_advance_task
-
-    transaction.on_commit(partial(campaign_advance_task.delay, campaign_id))
+    transaction.on_commit(partial(dispatch.advance(), campaign_id))
 
 
 def queue_ahead(*, campaign: Campaign) -> QuerySet[Campaign]:

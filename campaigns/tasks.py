@@ -23,6 +23,11 @@ def campaign_advance_task(campaign_id: int) -> str:
     return services.campaign_advance(campaign_id=campaign_id)
 
 
+def campaign_advance_later(campaign_id: int) -> None:
+    """``campaign_advance_task`` on the broker (what the ``campaigns.dispatch.advance`` port does)."""
+    campaign_advance_task.delay(campaign_id)
+
+
 @shared_task(soft_time_limit=120, time_limit=150)
 def reconcile_runs() -> dict[str, int]:
     """The reconciler (celery beat, every RACKBENCH_RECONCILE_EVERY seconds): campaigns.reconcile.runs_reconcile."""

@@ -111,7 +111,9 @@ def run_prepare(run: Run) -> list[HostJob]:
     provenance = dict(run.provenance)
     provenance["mounts"] = mount_storage(run, jobs)  # first: the data directories live on the mounts
     provenance["container"] = start_containers(run, jobs)
-    ssh.raise_first(remote.fan_out(jobs, _prepare_host))
+    written = remote.fan_out(jobs, _prepare_host)
+    _record_commands([job for job, result in zip(jobs, written, strict=True) if not isinstance(result, BaseException)])
+    ssh.raise_first(written)
     if run.campaign.telemetry:
         provenance["telemetry"] = samplers.prepare(run, jobs)
     if benchmark.uses_mpi and len(jobs) > 1:
@@ -120,9 +122,7 @@ def run_prepare(run: Run) -> list[HostJob]:
             mpi_reachability(run, jobs)
     if options:
         provenance["slurm"] = _prepare_slurm(run, jobs[0], options)
-    provenance["hosts"] = dict(
-        zip([j.row.host for j in jobs], remote.fan_out(jobs, lambda j: _host_info(benchmark, j)), strict=True)
-    )
+    provenance["hosts"] = hosts_provenance(run, benchmark, jobs)
     provenance["params"] = run.params
     provenance["flush"] = flush_caches(run, jobs)
     Run.objects.filter(pk=run.pk).update(provenance=provenance, heartbeat_at=timezone.now())
@@ -144,17 +144,23 @@ def _prepare_host(job: HostJob) -> None:
     run_dir = job.context.run_dir
     data_dirs = [job.context.data_dir] + [f"{mount}/{job.context.node}" for mount in job.context.mounts]
     dirs = data_dirs + ([job.service_dir] if job.service else [])
-    env = _main_env(job)
-    remote.job_prepare(job.target, run_dir, extra_dirs=dirs, files=_main_files(job))
+    files = {run_dir: _main_files(job)}
     if job.service:
         service_files = dict(job.service.files)
         service_files["command.sh"] = remote.command_script(job.service.argv, job.service.env)
-        remote.job_prepare(job.target, job.service_dir, extra_dirs=[], files=service_files)
-    RunHost.objects.filter(pk=job.row.pk).update(
-        command=display_command(run_dir, job.main.argv, env) if job.main else "",
-        service_command=display_command(job.service_dir, job.service.argv, job.service.env) if job.service else "",
-        remote_dir=run_dir,
-    )
+        files[job.service_dir] = service_files
+    remote.jobs_prepare(job.target, files, extra_dirs=dirs)
+
+
+def _record_commands(jobs: list[HostJob]) -> None:
+    """Store what each host (whose files are written) runs where, in one query from this thread: a fan-out thread
+    would open a database connection of its own for it."""
+    for job in jobs:
+        job.row.command = display_command(job.context.run_dir, job.main.argv, _main_env(job)) if job.main else ""
+        service = job.service
+        job.row.service_command = display_command(job.service_dir, service.argv, service.env) if service else ""
+        job.row.remote_dir = job.context.run_dir
+    RunHost.objects.bulk_update([job.row for job in jobs], ["command", "service_command", "remote_dir"])
 
 
 def _check_slurm_jobs(benchmark: Benchmark, jobs: list[HostJob]) -> None:
@@ -249,25 +255,63 @@ def mpi_reachability(run: Run, jobs: list[HostJob]) -> None:
     )
 
 
-def _host_info(benchmark: Benchmark, job: HostJob) -> dict[str, Any]:
+def hosts_provenance(run: Run, benchmark: Benchmark, jobs: list[HostJob]) -> dict[str, dict[str, Any]]:
+    """Each host's kernel, benchmark tool version and hardware, for the run's provenance. The versions are read on a
+    host once per campaign (``uname; fio --version`` costs a tenth of a second or more): later runs reuse what an
+    earlier run of the campaign recorded for the same node."""
+    versions = known_versions(run, jobs)
+    unknown = [j for j in jobs if j.row.host not in versions]
+    read = remote.fan_out(unknown, lambda j: _read_versions(benchmark, j.target))
+    ssh.raise_first(read)
+    versions.update(zip([j.row.host for j in unknown], read, strict=True))
+    return {j.row.host: {**versions[j.row.host], "node": _node_info(j)} for j in jobs}
+
+
+VERSIONS_LOOKBACK = 8  # earlier runs of the campaign searched for a host's versions, newest first
+VERSION_KEYS = ("kernel", "tool_version")
+
+
+def known_versions(run: Run, jobs: list[HostJob]) -> dict[str, dict[str, str]]:
+    """The versions recorded for the run's hosts by the latest earlier runs of its campaign, for each host only
+    where it was the same node (name and address) then."""
+    addresses = {j.row.host: j.row.node.address for j in jobs if j.row.node is not None}
+    earlier = (
+        Run.objects.filter(campaign_id=run.campaign_id, provenance__has_key="hosts")
+        .exclude(pk=run.pk)
+        .order_by("-pk")
+        .values_list("pk", flat=True)[:VERSIONS_LOOKBACK]
+    )
+    found: dict[str, dict[str, str]] = {}
+    for pk in earlier:
+        if len(found) == len(addresses):
+            break
+        recorded = Run.objects.filter(pk=pk).values_list("provenance__hosts", flat=True).first() or {}
+        for host, info in recorded.items():
+            same_node = isinstance(info, dict) and (info.get("node") or {}).get("address") == addresses.get(host)
+            if same_node and host not in found and all(key in info for key in VERSION_KEYS):
+                found[host] = {key: info[key] for key in VERSION_KEYS}
+    return found
+
+
+def _read_versions(benchmark: Benchmark, target: remote.Target) -> dict[str, str]:
+    version = shlex.join(benchmark.version_argv) if benchmark.version_argv else "true"
+    result = target.run(f"uname -srm; {version} 2>&1 | head -n 3")
+    kernel, _, tool = result.stdout.partition("\n")
+    return {"kernel": kernel.strip(), "tool_version": tool.strip()}
+
+
+def _node_info(job: HostJob) -> dict[str, Any]:
     node = job.row.node
     assert node is not None
-    version = shlex.join(benchmark.version_argv) if benchmark.version_argv else "true"
-    result = job.target.run(f"uname -srm; {version} 2>&1 | head -n 3")
-    kernel, _, tool = result.stdout.partition("\n")
     return {
-        "kernel": kernel.strip(),
-        "tool_version": tool.strip(),
-        "node": {
-            "address": node.address,
-            "cpu_model": node.cpu_model,
-            "cpu_cores": node.cpu_cores,
-            "ram_mb": node.ram_mb,
-            "gpu_model": node.gpu_model,
-            "gpu_count": node.gpu_count,
-            "facts": node.facts,
-            "facts_collected_at": node.facts_collected_at.isoformat() if node.facts_collected_at else None,
-        },
+        "address": node.address,
+        "cpu_model": node.cpu_model,
+        "cpu_cores": node.cpu_cores,
+        "ram_mb": node.ram_mb,
+        "gpu_model": node.gpu_model,
+        "gpu_count": node.gpu_count,
+        "facts": node.facts,
+        "facts_collected_at": node.facts_collected_at.isoformat() if node.facts_collected_at else None,
     }
 
 

@@ -82,12 +82,14 @@ class Target:
     endpoint: ssh.Endpoint
     pkey: paramiko.PKey
 
-    def run(self, command: str, *, timeout: float | None = None) -> ssh.CommandResult:
-        return pool().run(self.endpoint, self.pkey, command, timeout=timeout)
+    def run(self, command: str, *, timeout: float | None = None, stdin: bytes | None = None) -> ssh.CommandResult:
+        return pool().run(self.endpoint, self.pkey, command, timeout=timeout, stdin=stdin)
 
-    def check(self, command: str, *, what: str, timeout: float | None = None) -> ssh.CommandResult:
+    def check(
+        self, command: str, *, what: str, timeout: float | None = None, stdin: bytes | None = None
+    ) -> ssh.CommandResult:
         """Run a command that must succeed; a non-zero exit is a permanent error naming ``what``."""
-        result = self.run(command, timeout=timeout)
+        result = self.run(command, timeout=timeout, stdin=stdin)
         if not result.ok:
             detail = (result.stderr or result.stdout).strip()[-500:]
             raise ssh.PermanentSSHError(self.endpoint, f"{what} failed (exit {result.exit_code}): {detail}")
@@ -167,10 +169,35 @@ def command_script(argv: list[str], env: dict[str, str]) -> str:
 
 
 def job_prepare(target: Target, job_dir: str, *, extra_dirs: list[str], files: dict[str, str]) -> None:
-    """Create the job directory (and any data directories) and write its files."""
-    target.check(shlex.join(["mkdir", "-p", job_dir, *extra_dirs]), what="creating the run directory")
-    target.put({f"{job_dir}/{name}": content for name, content in files.items()})
-    target.put({f"{job_dir}/launch.sh": LAUNCHER}, mode=0o755)
+    """Create the job directory (and any data directories) and write its files, in one round trip."""
+    jobs_prepare(target, {job_dir: files}, extra_dirs=extra_dirs)
+
+
+def jobs_prepare(target: Target, jobs: dict[str, dict[str, str]], *, extra_dirs: list[str]) -> None:
+    """Create job directories (job directory -> its files) and ``extra_dirs`` and write every job's files and
+    launcher, in one round trip: ``sh -s`` reads the script of ``prepare_script`` on its standard input."""
+    script = prepare_script(jobs, extra_dirs=extra_dirs)
+    target.check("sh -s", what="creating the run directory and writing its files", stdin=script.encode())
+
+
+def prepare_script(jobs: dict[str, dict[str, str]], *, extra_dirs: list[str]) -> str:
+    """A shell script that makes the directories and writes the files: each file with the shell's own printf (no
+    process per file), its content and path through shlex.quote. Files are 0644, the launcher 0755. It stops at the
+    first failure. On standard input it has no length limit, where a command line has."""
+    lines = ["set -e", shlex.join(["mkdir", "-p", *jobs, *extra_dirs])]
+    texts: list[str] = []
+    launchers: list[str] = []
+    for job_dir, files in jobs.items():
+        for name, content in [*files.items(), ("launch.sh", LAUNCHER)]:
+            if "\0" in content:
+                raise ValueError(f"{name}: a job's file is text, without NUL characters")
+            path = f"{job_dir}/{name}"
+            lines.append(f"printf %s {shlex.quote(content)} > {shlex.quote(path)}")
+            (launchers if name == "launch.sh" else texts).append(path)
+    if texts:
+        lines.append(shlex.join(["chmod", "644", *texts]))
+    lines.append(shlex.join(["chmod", "755", *launchers]))
+    return "\n".join(lines) + "\n"
 
 
 JOB_MARKER = "RACKBENCH_JOB"  # in the environment of every process a job starts: its directory
@@ -281,18 +308,12 @@ def job_output(target: Target, job_dir: str, *, limit: int | None = None) -> tup
 
 
 def fan_out(items: list[Any], fn: Callable[[Any], Any]) -> list[Any]:
-    """``ssh.fan_out`` bounded by RACKBENCH_SSH_FANOUT: how every step of a run reaches its hosts.
+    """``ssh.fan_out`` bounded by RACKBENCH_SSH_FANOUT: how every step of a run reaches its hosts."""
+    return ssh.fan_out(items, fn, workers=settings.RACKBENCH["SSH_FANOUT"], on_thread_exit=close_thread_connections)
 
-    A pool thread that touched the database closes its connection when its work ends: left to the garbage
-    collector, a 64-node run held a hundred of them, past PostgreSQL's default limit."""
 
-    def call(item: Any) -> Any:
-        try:
-            return fn(item)
-        finally:
-            if threading.current_thread() is not threading.main_thread() and threading.current_thread().name.startswith(
-                "ssh"
-            ):
-                db.connections.close_all()  # this thread's own connections only: they are per thread
-
-    return ssh.fan_out(items, call, workers=settings.RACKBENCH["SSH_FANOUT"])
+def close_thread_connections() -> None:
+    """Close the calling thread's database connections (Django keeps them per thread). A fan-out thread that touched
+    the database does this as it ends: left to the garbage collector, a 64-node run held a hundred of them, past
+    PostgreSQL's default limit."""
+    db.connections.close_all()

@@ -18,7 +18,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -266,9 +265,16 @@ class Pool:
 
     # --- commands and files -----------------------------------------------------------------
     def run(
-        self, endpoint: Endpoint, pkey: paramiko.PKey, command: str, *, timeout: float | None = None
+        self,
+        endpoint: Endpoint,
+        pkey: paramiko.PKey,
+        command: str,
+        *,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
     ) -> CommandResult:
-        """Run one shell command line (built with shlex by the caller) and wait for it."""
+        """Run one shell command line (built with shlex by the caller) and wait for it; ``stdin``: what the command
+        reads on its standard input, sent with the command (in the same round trip)."""
         timeout = timeout or self.timeouts.command
         started = time.monotonic()
         try:
@@ -283,6 +289,9 @@ class Pool:
             raise TransientSSHError(endpoint, f"cannot open a channel: {exc or type(exc).__name__}") from None
         try:
             channel.exec_command(command)
+            if stdin is not None:
+                channel.sendall(stdin)
+                channel.shutdown_write()
             stdout, stderr = _drain(channel, deadline=started + timeout)
             if stdout is None:
                 raise CommandTimeout(endpoint, f"command did not finish within {timeout:g} s: {command[:200]}")
@@ -394,15 +403,45 @@ def probe(address: str, port: int, *, timeout: float = 2.0) -> str:
     return "" if banner.startswith(b"SSH-") else "the port answers without an SSH banner"
 
 
-def fan_out(items: Iterable[T], fn: Callable[[T], R], *, workers: int = 64) -> list[R | BaseException]:
-    """Call ``fn`` on every item in a bounded thread pool; each slot holds a result or the exception raised."""
+def fan_out(
+    items: Iterable[T],
+    fn: Callable[[T], R],
+    *,
+    workers: int = 64,
+    on_thread_exit: Callable[[], None] | None = None,
+) -> list[R | BaseException]:
+    """Call ``fn`` on every item in a bounded pool of threads; each slot holds a result or the exception raised.
+
+    ``on_thread_exit`` runs in each pool thread once it has no more items, before the call returns: the place to
+    give back what the thread opened for itself (its database connections). A single item is called in the
+    caller's thread, without it."""
     items = list(items)
     if not items:
         return []
     if len(items) == 1:
         return [_capture(fn, items[0])]
-    with ThreadPoolExecutor(max_workers=min(workers, len(items)), thread_name_prefix="ssh") as pool:
-        return list(pool.map(lambda item: _capture(fn, item), items))
+    results: dict[int, R | BaseException] = {}
+    indexes = iter(range(len(items)))
+    take = threading.Lock()
+
+    def work() -> None:
+        try:
+            while True:
+                with take:
+                    index = next(indexes, None)
+                if index is None:
+                    return
+                results[index] = _capture(fn, items[index])
+        finally:
+            if on_thread_exit is not None:
+                on_thread_exit()
+
+    threads = [threading.Thread(target=work, name=f"fan-out-{n}") for n in range(min(workers, len(items)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [results[index] for index in range(len(items))]
 
 
 def raise_first(results: list[Any]) -> None:

@@ -7,12 +7,13 @@ import socket
 import time
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import pytest
 
 from inventory.models import HostKey
 from runners import remote, ssh
-from tests.conftest import group_alive
+from tests.conftest import group_alive, wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -142,6 +143,33 @@ def test_it_runs_a_detached_job_that_survives_a_dropped_connection(targets: list
     assert remote.job_output(target, job_dir) == ("done\n", "")
 
 
+def test_it_writes_a_job_s_files_exactly_and_with_their_modes_in_one_round_trip(targets: list[remote.Target]) -> None:
+    target = targets[0]
+    job_dir = f"{remote.remote_root(target)}/test/files-{time.monotonic_ns()}"
+    data_dir = f"{job_dir}-data/it's $HOME"
+    files = {
+        "command.sh": remote.command_script(["echo", "it's $HOME `id`"], {"A": "b c"}),
+        "job.fio": "[global]\nname=x\nRACKBENCH_FILE_END\n'EOF'\n\u00e9" + "x" * 200_000,  # past a command line's limit
+        "empty": "",
+    }
+    commands: list[str] = []
+    run_command = remote.Target.run
+
+    def counted(self: remote.Target, command: str, **options: Any) -> Any:
+        commands.append(command)
+        return run_command(self, command, **options)
+
+    with mock.patch.object(remote.Target, "run", counted):
+        remote.job_prepare(target, job_dir, extra_dirs=[data_dir], files=files)
+
+    assert len(commands) == 1
+    for name, content in files.items():
+        assert target.get(f"{job_dir}/{name}") == content.encode()
+    listing = target.run(shlex.join(["stat", "-c", "%a %n", *(f"{job_dir}/{n}" for n in [*files, "launch.sh"])]))
+    assert [line.split()[0] for line in listing.stdout.splitlines()] == ["644", "644", "644", "755"]
+    assert target.run(shlex.join(["test", "-d", data_dir])).ok
+
+
 def test_it_kills_the_whole_process_group_of_a_job(targets: list[remote.Target]) -> None:
     target = targets[0]
     job_dir = f"{remote.remote_root(target)}/test/kill-{time.monotonic_ns()}"
@@ -225,7 +253,7 @@ def test_the_pool_takes_its_connection_age_from_the_settings(settings: Any) -> N
 def test_fan_out_threads_give_their_database_connections_back() -> None:
     """Each fan-out thread that touches the database opens a connection of its own; it is closed when the thread's
     work ends, not left to the garbage collector (a 64-node run went past PostgreSQL's 100 connections)."""
-    from django.db import connection
+    from django.db import connection, connections
 
     from inventory.models import Node
 
@@ -234,6 +262,43 @@ def test_fan_out_threads_give_their_database_connections_back() -> None:
             cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
             return int(cursor.fetchone()[0])
 
+    used: list[Any] = []
+
+    def count_nodes(_: int) -> int:
+        used.append(connections["default"])  # this thread's own connection (Django keeps them per thread)
+        return Node.objects.count()
+
     before = open_connections()
-    assert remote.fan_out(list(range(16)), lambda _: Node.objects.count()) == [0] * 16
-    assert open_connections() <= before
+    assert remote.fan_out(list(range(16)), count_nodes) == [0] * 16
+    assert used and all(c.connection is None for c in used)  # closed by the time the fan-out returns
+    # The server ends a backend once its client has gone, a moment later.
+    wait_for(lambda: open_connections() <= before, timeout=10, what="the fan-out's connections to end")
+
+
+def test_fan_out_runs_the_thread_exit_hook_in_every_pool_thread_before_it_returns() -> None:
+    import threading
+
+    worked: set[str] = set()
+    exited: list[str] = []
+
+    def work(item: int) -> int:
+        worked.add(threading.current_thread().name)
+        return item * 2
+
+    results = ssh.fan_out(
+        range(10), work, workers=3, on_thread_exit=lambda: exited.append(threading.current_thread().name)
+    )
+
+    assert results == [item * 2 for item in range(10)]
+    assert len(exited) == 3 and set(exited) >= worked and threading.main_thread().name not in exited
+
+
+def test_fan_out_keeps_each_failure_in_its_slot() -> None:
+    def work(item: int) -> int:
+        if item == 2:
+            raise ValueError("two")
+        return item
+
+    results = ssh.fan_out(range(4), work, workers=2, on_thread_exit=lambda: None)
+
+    assert results[:2] == [0, 1] and isinstance(results[2], ValueError) and results[3] == 3

@@ -19,7 +19,6 @@ reference run as ``docker://REF`` (apptainer converts and caches it; no digest i
 
 from __future__ import annotations
 
-from plugins.benchmarks.base import ParamError
 from plugins.containers.base import (
     KEYS_MOUNT,
     SSH_PORT_ENV,
@@ -29,10 +28,11 @@ from plugins.containers.base import (
     ContainerSpec,
     check_exec,
     check_host_path,
+    check_image_file_or_reference,
+    check_login_user_runtime,
     check_name,
-    check_port,
     gpu_list,
-    image_reference,
+    is_local_image,
     parse_volume,
     register,
 )
@@ -45,22 +45,11 @@ STOP_SCRIPT = 'apptainer instance stop -- "$1" || ! apptainer exec "instance://$
 RUNNING_SCRIPT = 'p=$(cat "$1" 2>/dev/null) && [ -n "$p" ] && kill -0 "$p"'
 
 
-def is_local_image(image: str) -> bool:
-    return image.startswith("/")
-
-
 def image_uri(image: str) -> str:
     """What apptainer is given: the .sif path, or ``docker://REF`` (the prefix is optional in a campaign)."""
-    if is_local_image(image):
-        check_host_path("container.image", image)
-        if not image.endswith(".sif"):
-            raise ParamError("container.image", f"{image!r}: a local apptainer image is a .sif file")
+    if check_image_file_or_reference(image, runtime="apptainer", suffix=".sif", scheme="docker://") is None:
         return image
-    reference = image.removeprefix("docker://")
-    if reference.endswith(".sif"):
-        raise ParamError("container.image", f"{image!r}: give a .sif file as an absolute path")
-    image_reference(reference)
-    return f"docker://{reference}"
+    return f"docker://{image.removeprefix('docker://')}"
 
 
 def with_env(env: dict[str, str], argv: list[str]) -> list[str]:
@@ -84,12 +73,8 @@ class ApptainerRuntime(ContainerRuntime):
 
     def validate(self, spec: ContainerSpec) -> None:
         super().validate(spec)
-        check_port(spec.ssh_port, lowest=1024)
         image_uri(spec.image)
-        if spec.network != "host":
-            raise ParamError("container.network", "apptainer instances share the node's network: use host")
-        if spec.privileged:
-            raise ParamError("container.privileged", "apptainer instances run unprivileged")
+        check_login_user_runtime(spec, containers="apptainer instances")
 
     def start_argv(self, spec: ContainerSpec, *, name: str, key_dir: str) -> list[list[str]]:
         self.validate(spec)

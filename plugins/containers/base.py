@@ -227,6 +227,34 @@ def image_reference(value: object) -> re.Match[str]:
     return match
 
 
+def is_local_image(image: str) -> bool:
+    return image.startswith("/")
+
+
+def check_image_file_or_reference(image: str, *, runtime: str, suffix: str, scheme: str = "") -> re.Match[str] | None:
+    """A daemonless runtime's image (apptainer, enroot): an absolute path to a ``suffix`` file (returns None), or a
+    registry reference, after an optional ``scheme`` prefix (returns its parts). ParamError names container.image."""
+    if is_local_image(image):
+        check_host_path("container.image", image)
+        if not image.endswith(suffix):
+            raise ParamError("container.image", f"{image!r}: a local {runtime} image is a {suffix} file")
+        return None
+    reference = image.removeprefix(scheme)
+    if reference.endswith(suffix):
+        raise ParamError("container.image", f"{image!r}: give a {suffix} file as an absolute path")
+    return image_reference(reference)
+
+
+def check_login_user_runtime(spec: ContainerSpec, *, containers: str) -> None:
+    """A runtime whose containers run as the node's login user on the node's network (apptainer, enroot): its sshd's
+    port is 1024 or above, the network is the host's, nothing is privileged. ``containers`` names them in messages."""
+    check_port(spec.ssh_port, lowest=1024)
+    if spec.network != "host":
+        raise ParamError("container.network", f"{containers} share the node's network: use host")
+    if spec.privileged:
+        raise ParamError("container.privileged", f"{containers} run unprivileged only")
+
+
 def gpu_list(gpus: str) -> list[str]:
     """The GPUs of a list like "0,1"; empty for "all" and "none"."""
     return [] if gpus in ("all", "none") else gpus.split(",")

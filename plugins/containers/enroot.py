@@ -35,10 +35,12 @@ from plugins.containers.base import (
     ContainerSpec,
     check_exec,
     check_host_path,
+    check_image_file_or_reference,
+    check_login_user_runtime,
     check_name,
-    check_port,
     gpu_list,
     image_reference,
+    is_local_image,
     parse_volume,
     register,
 )
@@ -90,10 +92,6 @@ if enroot list 2>/dev/null | grep -qxF -- "$1"; then exec enroot remove -f -- "$
 IMPORTED_DIGEST_SCRIPT = f'exec sha256sum -- "{STATE_DIR}/images/$1"'
 
 
-def is_local_image(image: str) -> bool:
-    return image.startswith("/")
-
-
 def import_uri(image: str) -> str:
     """Enroot's form of a registry reference: ``docker://[REGISTRY#]IMAGE[:TAG]``."""
     first, slash, rest = image.partition("/")
@@ -114,19 +112,10 @@ class EnrootRuntime(ContainerRuntime):
 
     def validate(self, spec: ContainerSpec) -> None:
         super().validate(spec)
-        check_port(spec.ssh_port, lowest=1024)
-        if is_local_image(spec.image):
-            check_host_path("container.image", spec.image)
-            if not spec.image.endswith(".sqsh"):
-                raise ParamError("container.image", f"{spec.image!r}: a local enroot image is a .sqsh file")
-        elif spec.image.endswith(".sqsh"):
-            raise ParamError("container.image", f"{spec.image!r}: give a .sqsh file as an absolute path")
-        elif image_reference(spec.image)["digest"]:
+        reference = check_image_file_or_reference(spec.image, runtime="enroot", suffix=".sqsh")
+        if reference is not None and reference["digest"]:
             raise ParamError("container.image", "enroot imports by tag, not by digest: give a tag or a .sqsh path")
-        if spec.network != "host":
-            raise ParamError("container.network", "enroot containers share the node's network: use host")
-        if spec.privileged:
-            raise ParamError("container.privileged", "enroot runs unprivileged containers only")
+        check_login_user_runtime(spec, containers="enroot containers")
 
     def start_argv(self, spec: ContainerSpec, *, name: str, key_dir: str) -> list[list[str]]:
         self.validate(spec)

@@ -1,0 +1,63 @@
+"""runners.prepare on the lab: what preparing a run costs its hosts in round trips."""
+
+from __future__ import annotations
+
+from typing import Any
+from unittest import mock
+
+import pytest
+
+from campaigns import dispatch, services
+from campaigns.models import Run
+from runners import execution, remote
+from tests.test_campaign_e2e import fio_campaign
+
+pytestmark = pytest.mark.lab
+
+
+def launched(name: str, nodes: list[str], *, repetitions: int) -> Any:
+    data = fio_campaign(name, nodes, repetitions=repetitions, cache={"flush_clients": False})
+    with mock.patch.object(dispatch.runner(), "start"):  # prepared by the test, not by a worker
+        return services.campaign_launch(campaign=services.campaign_apply(data=data))
+
+
+def prepare(runs: Any) -> list[tuple[str, str]]:
+    """Prepare the runs one after the other; returns every command run on a host, with the host."""
+    commands: list[tuple[str, str]] = []
+    run_command = remote.Target.run
+
+    def counted(target: remote.Target, command: str, **options: Any) -> Any:
+        commands.append((target.endpoint.name, command))
+        return run_command(target, command, **options)
+
+    with mock.patch.object(remote.Target, "run", counted), mock.patch.object(remote.Target, "put") as put:
+        for run in runs:
+            execution.run_prepare(Run.objects.select_related("campaign").get(pk=run.pk))
+    assert not put.called  # no SFTP session: the files go with the command that makes the directories
+    return commands
+
+
+def test_versions_are_read_once_per_campaign_and_node_and_recorded_in_every_run(lab: dict[str, Any]) -> None:
+    campaign = launched("versions-once", ["lab1", "lab2"], repetitions=3)
+
+    commands = prepare(campaign.runs.order_by("sequence"))
+
+    reads = sorted(host for host, command in commands if command.startswith("uname"))
+    assert reads == ["lab1", "lab2"]
+    recorded = [run.provenance["hosts"] for run in campaign.runs.order_by("sequence")]
+    assert len(recorded) == 3 and all(hosts == recorded[0] for hosts in recorded)
+    assert recorded[0]["lab1"]["tool_version"].startswith("fio-") and recorded[0]["lab1"]["kernel"]
+    # After the first run, preparing a host is one round trip: directories and files in one command.
+    assert [command for host, command in commands if host == "lab1"][-2:] == ["sh -s", "sh -s"]
+
+
+def test_a_node_changed_under_its_name_has_its_versions_read_again(lab: dict[str, Any]) -> None:
+    first, second = launched("versions-changed", ["lab1"], repetitions=2).runs.order_by("sequence")
+    prepare([first])
+    provenance = Run.objects.get(pk=first.pk).provenance
+    provenance["hosts"]["lab1"]["node"]["address"] = "192.0.2.1"  # another machine had this name then
+    Run.objects.filter(pk=first.pk).update(provenance=provenance)
+
+    commands = prepare([second])
+
+    assert [host for host, command in commands if command.startswith("uname")] == ["lab1"]
