@@ -101,6 +101,20 @@ def campaigns_point_values(
     return found
 
 
+def cache_doubts(*, campaign: Campaign, runs: Iterable[int] | None = None) -> dict[str, list[str]]:
+    """Per point (``Key.params``), the cache-discipline flags of its succeeded measured runs ("run 12: ...")."""
+    axes = [name for name, _ in campaign.matrix]
+    measured = Run.objects.filter(campaign=campaign, status=RunStatus.SUCCEEDED, is_warmup=False)
+    if runs is not None:
+        measured = measured.filter(pk__in=list(runs))
+    found: dict[str, list[str]] = defaultdict(list)
+    for pk, params, flags in measured.values_list("pk", "params", "provenance__cache__flags").order_by("sequence"):
+        for flag in flags if isinstance(flags, list) else []:
+            text = json.dumps({k: params[k] for k in axes if k in params}, sort_keys=True)
+            found[text].append(f"run {pk}: {flag.get('message', flag)}")
+    return found
+
+
 def higher_is_better(kind: str, metric: str, unit: str) -> bool:
     """The plug-in's declared direction; for a metric it does not declare, time units mean lower is better."""
     try:
@@ -206,6 +220,10 @@ def verdict_compute(
     cand = point_values(campaign=campaign)
     history = _history(campaign=campaign, exclude=[baseline_campaign.pk])
     wanted = set(campaign.verdict.get("metrics") or [])
+    doubts = {
+        "baseline": cache_doubts(campaign=baseline_campaign, runs=chosen),
+        "candidate": cache_doubts(campaign=campaign),
+    }
     items = []
     for key in sorted(set(base) | set(cand), key=lambda k: ((cand.get(k) or base[k]).point, k.metric)):
         if wanted and key.metric.split("{", 1)[0] not in wanted:
@@ -223,10 +241,13 @@ def verdict_compute(
             metric=key.metric,
             unit=ref.unit,
         )
-        items.append(
-            {"point": ref.point, "params": ref.params, "metric": key.metric, "unit": ref.unit,
-             "higher_is_better": better_up, **dataclasses.asdict(judgement)}
-        )  # fmt: skip
+        item = {"point": ref.point, "params": ref.params, "metric": key.metric, "unit": ref.unit,
+                "higher_is_better": better_up, **dataclasses.asdict(judgement)}  # fmt: skip
+        flags = [f"{side} {doubt}" for side, found in doubts.items() for doubt in found.get(key.params, [])]
+        if flags:  # a number read from the wrong place (page cache vs storage) says nothing about the other
+            reason = f"cache discipline in doubt: {'; '.join(flags)} (the numbers alone: {item['reason']})"
+            item.update(judged_outcome=item["outcome"], outcome=verdicts.INCONCLUSIVE, cache_flags=flags, reason=reason)
+        items.append(item)
     # What the campaign says it is testing (verdict.differs_in: a throttled rate, a new software stack) may differ;
     # anything else that differs makes every item inconclusive, with the difference as the reason.
     accepted = set(campaign.verdict.get("differs_in") or [])
@@ -237,7 +258,8 @@ def verdict_compute(
     if differences:  # across different configurations no change means what it seems to: inconclusive, and why
         reason = "not comparable, the configurations differ: " + "; ".join(differences)
         for item in items:
-            item.update(judged_outcome=item["outcome"], outcome=verdicts.INCONCLUSIVE, differences=differences,
+            item.update(judged_outcome=item.get("judged_outcome", item["outcome"]), outcome=verdicts.INCONCLUSIVE,
+                        differences=differences,
                         reason=f"{reason} (the numbers alone: {item['reason']})")  # fmt: skip
     counts = {o: sum(1 for i in items if i["outcome"] == o) for o in VerdictOutcome.values}
     return Verdict.objects.create(
