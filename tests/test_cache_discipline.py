@@ -3,6 +3,9 @@ runs that read from the wrong place (page cache vs storage) flagged on the run, 
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,7 +19,7 @@ from campaigns import baselines, selectors, services
 from campaigns.models import CampaignStatus, Run, RunStatus
 from inventory.services import node_upsert
 from plugins import cache
-from plugins.benchmarks.base import HostContext, get_benchmark
+from plugins.benchmarks.base import HostContext, HostInfo, get_benchmark
 from tests.conftest import finished
 
 TELEMETRY = Path(__file__).parent / "fixtures" / "telemetry"
@@ -144,6 +147,28 @@ def test_fio_says_how_many_bytes_its_jobs_read_in_every_version_and_mode() -> No
     assert fio.bytes_read([], {"n1": old}) == (361984 + 36244 + 36244) * 1024
     client = (FIO / "fio-3.33-client-2servers.txt").read_text()
     assert fio.bytes_read([], {"n1": client}) == fio.bytes_read([], {"n1": client.replace("All clients", "x")}) / 2
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
+def test_storage_read_lays_out_its_synthetic_dataset_with_the_same_ranks_and_reads_nothing(tmp_path: Path) -> None:
+    bench = get_benchmark("storage_read")
+    mounts = (str(tmp_path / "m1"), str(tmp_path / "m2"))
+    host = HostContext(node="local", index=0, run_dir=str(tmp_path), data_dir=str(tmp_path / "data"),
+                       hosts=(HostInfo("local", "127.0.0.1", 2),), mounts=mounts)  # fmt: skip
+    params = {"create_files": 4, "record_size": "64k", "batches": 2, "sync": True, "mpi_bind_to": "none"}
+    layout = bench.layout(params, host)
+    main = bench.build(params, host)
+    assert layout is not None and main is not None and layout.files == main.files
+    assert "--create-only" in layout.argv and "--sync" not in layout.argv  # no barrier: every rank writes and exits
+    for name, content in layout.files.items():
+        (tmp_path / name).write_text(content)
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    argv = [layout.argv[0], "--oversubscribe", *layout.argv[1:]]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in (tmp_path / "m1").iterdir()) == ["rbsr-000000.rec", "rbsr-000002.rec"]
+    assert '"type": "layout"' in done.stdout and '"summary"' not in done.stdout
+    assert bench.layout({"batches": 2}, host) is None  # an existing dataset: nothing to lay out
 
 
 @pytest.mark.django_db
