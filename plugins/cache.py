@@ -13,8 +13,9 @@ Two sources of evidence, the first preferred:
   /proc/diskstats (partitions, loop, ram, zram, device-mapper and md devices left out, so that nothing is counted
   twice) and from NFS servers (the server-read field of /proc/self/mountstats ``bytes:``). Hosts that share a kernel
   (the built-in lab, containers of one machine) share these counters: they are counted once per ``boot_id``. They
-  stand in for the job's accounting where a job has none (a Slurm job, an MPI job's ranks on other hosts); there,
-  other processes' reads on the hosts add to them.
+  stand in for the job's accounting where it does not cover the run's reads (a Slurm job, a container, a run whose
+  services do the I/O such as fio --client, an MPI job's ranks on other hosts); there, other processes' reads on the
+  hosts add to them.
 
 The judgement of a run compares what the benchmark says it read with what was read from storage meanwhile:
 

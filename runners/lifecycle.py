@@ -221,9 +221,16 @@ def run_collect(run: Run) -> tuple[str, str]:
 
 def _job_io(run: Run, benchmark: Benchmark, targets: list[RunTarget]) -> dict[str, dict[str, int]] | None:
     """Each main command's own I/O accounting ({host: /proc/<pid>/io}), when it covers all the run's reads: not for
-    a Slurm job (no launcher of rackbench's) nor for MPI ranks started on other hosts."""
+    a Slurm job (no launcher of rackbench's), a container (its processes are the runtime's children, not the
+    launcher's), a run with services (fio --client: the servers read) nor MPI ranks started on other hosts."""
     hosts = main_targets(run, targets)
-    if not hosts or slurm_login(run) is not None or (benchmark.uses_mpi and len(targets) > 1):
+    elsewhere = (
+        slurm_login(run) is not None
+        or bool(run.campaign.container)
+        or any(t.row.service_command for t in targets)
+        or (benchmark.uses_mpi and len(targets) > 1)
+    )
+    if not hosts or elsewhere:
         return None
     found = remote.fan_out(hosts, lambda h: cache.parse_proc_io(remote.job_io(h.target, h.row.remote_dir)))
     if any(not isinstance(f, dict) or not f for f in found):
