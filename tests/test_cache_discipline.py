@@ -289,3 +289,15 @@ def test_a_run_meant_to_read_storage_that_reads_cached_data_is_flagged_on_the_ru
     assert item["outcome"] == "inconclusive"
     assert item["cache_flags"] == [f"candidate run {run.pk}: {flag['message']}"]
     assert item["reason"].startswith("cache discipline in doubt: candidate run")
+
+
+@pytest.mark.lab
+@pytest.mark.worker
+def test_a_layout_that_fails_fails_the_run_before_the_flush_with_fios_reason(lab: dict[str, Any], worker: Any) -> None:
+    missing = "/tmp/rackbench-no-such-directory"  # fio does not create a directory it is given
+    data = fio_read("cache-layout-fails", directory=missing)
+    campaign = finished(services.campaign_launch(campaign=services.campaign_apply(data=data)))
+    assert campaign.status == CampaignStatus.FAILED
+    run = campaign.runs.get()
+    assert "laying out the benchmark's data failed" in run.error and f"{missing} is not a directory" in run.error
+    assert run.hosts.filter(exit_code__isnull=False).count() == 0  # the measured job never started
