@@ -27,7 +27,8 @@ The judgement of a run compares what the benchmark says it read with what was re
 - runs that read less than ``MIN_JUDGED_BYTES`` are not judged (loading the tool itself after a flush, metadata and
   readahead are of that order); a run whose intent cannot be told (no flush, no warm-up) is recorded, not judged;
 - a flush after which a host's page cache still holds more than ``FLUSH_LEFT_FRACTION`` of what it held before, and
-  more than ``FLUSH_LEFT_MIN_BYTES``: flagged ``flush-left-cache`` (the flush did not take effect).
+  more than ``FLUSH_LEFT_MIN_BYTES``, not counting pages that running processes map (libraries, mmapped files: no
+  flush drops them): flagged ``flush-left-cache`` (the flush did not take effect).
 """
 
 from __future__ import annotations
@@ -62,10 +63,17 @@ class Snapshot:
 
     boot_id: str
     cached: int  # page cache of files: Cached - Shmem
+    mapped: int  # of it, pages mapped by running processes (libraries, mmapped files): no flush drops them
     dirty: int
     writeback: int
     disk_read: int
     nfs_read: int
+
+    @property
+    def droppable(self) -> int:
+        """The page cache a flush can drop: not mapped by a process (Mapped counts mapped shared memory too, so
+        this may be a little low: a flush is then judged leniently)."""
+        return max(self.cached - self.mapped, 0)
 
     @property
     def storage_read(self) -> int:
@@ -76,7 +84,8 @@ class Snapshot:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Snapshot:
-        return cls(**{k: data[k] for k in ("boot_id", "cached", "dirty", "writeback", "disk_read", "nfs_read")})
+        fields = ("boot_id", "cached", "dirty", "writeback", "disk_read", "nfs_read")
+        return cls(mapped=data.get("mapped", 0), **{k: data[k] for k in fields})
 
 
 def _sections(text: str) -> dict[str, str]:
@@ -103,6 +112,7 @@ def parse_snapshot(text: str) -> Snapshot:
     return Snapshot(
         boot_id=parts.get("/proc/sys/kernel/random/boot_id", "").strip(),
         cached=(meminfo["Cached"] - meminfo.get("Shmem", 0)) * 1024,
+        mapped=meminfo.get("Mapped", 0) * 1024,
         dirty=meminfo.get("Dirty", 0) * 1024,
         writeback=meminfo.get("Writeback", 0) * 1024,
         disk_read=sum(disks[d][0] for d in whole) * SECTOR,
@@ -119,13 +129,14 @@ def flag(code: str, message: str) -> dict[str, str]:
 
 
 def flush_flags(host: str, before: Snapshot, after: Snapshot) -> list[dict[str, str]]:
-    """``flush-left-cache`` when the flush left most of the host's page cache in place."""
-    if after.cached > FLUSH_LEFT_MIN_BYTES and after.cached > FLUSH_LEFT_FRACTION * before.cached:
+    """``flush-left-cache`` when the flush left most of the host's droppable page cache in place."""
+    left, was = after.droppable, before.droppable
+    if left > FLUSH_LEFT_MIN_BYTES and left > FLUSH_LEFT_FRACTION * was:
         return [
             flag(
                 "flush-left-cache",
-                f"the page-cache flush on {host} did not take effect: {_size(after.cached)} cached after it, "
-                f"{_size(before.cached)} before",
+                f"the page-cache flush on {host} did not take effect: {_size(left)} cached after it, {_size(was)} "
+                "before (not counting what processes map)",
             )
         ]
     return []
