@@ -214,13 +214,18 @@ class RunHostSerializer(serializers.ModelSerializer):
 
 class RunSerializer(serializers.ModelSerializer):
     hosts = RunHostSerializer(many=True, read_only=True)
+    cache_flags = serializers.ListField(
+        child=serializers.DictField(child=serializers.CharField()),
+        read_only=True,
+        help_text="why the run's cache discipline is in doubt ({code, message}); the evidence is in provenance.cache",
+    )
 
     class Meta:
         model = Run
         fields = [
             "id", "uid", "campaign", "sequence", "point", "params", "repetition", "attempt", "is_warmup", "status",
             "created_at", "queued_at", "started_at", "finished_at", "heartbeat_at", "error", "stdout_tail",
-            "stderr_tail", "provenance", "hosts",
+            "stderr_tail", "provenance", "cache_flags", "hosts",
         ]  # fmt: skip
 
 

@@ -215,6 +215,20 @@ def _sql_stats(row: dict[str, Any]) -> verdicts.Stats:
     return verdicts.Stats(n=n, mean=mean, stdev=stdev, min=low, max=high, cv=cv, median=row["median"])
 
 
+def cache_doubts(*, campaign: Campaign, runs: Iterable[int] | None = None) -> dict[str, list[str]]:
+    """Per point (``Key.params``), the cache-discipline flags of its succeeded measured runs ("run 12: ...")."""
+    axes = [name for name, _ in campaign.matrix]
+    measured = Run.objects.filter(campaign=campaign, status=RunStatus.SUCCEEDED, is_warmup=False)
+    if runs is not None:
+        measured = measured.filter(pk__in=list(runs))
+    found: dict[str, list[str]] = defaultdict(list)
+    for pk, params, flags in measured.values_list("pk", "params", "provenance__cache__flags").order_by("sequence"):
+        for flag in flags if isinstance(flags, list) else []:
+            text = json.dumps({k: params[k] for k in axes if k in params}, sort_keys=True)
+            found[text].append(f"run {pk}: {flag.get('message', flag)}")
+    return found
+
+
 def higher_is_better(kind: str, metric: str, unit: str) -> bool:
     """The plug-in's declared direction; for a metric it does not declare, time units mean lower is better."""
     try:
@@ -322,6 +336,10 @@ def verdict_compute(
     cand = point_values(campaign=campaign)
     history = _history(campaign=campaign, exclude=[baseline_campaign.pk])
     wanted = set(campaign.verdict.get("metrics") or [])
+    doubts = {
+        "baseline": cache_doubts(campaign=baseline_campaign, runs=chosen),
+        "candidate": cache_doubts(campaign=campaign),
+    }
     items = []
     for b_key, c_key, pair in _judged_keys(campaign, baseline_campaign, base, cand):
         key = c_key or b_key
@@ -346,6 +364,11 @@ def verdict_compute(
                 **dataclasses.asdict(judgement)}  # fmt: skip
         if pair is not None:
             item["paired_with"] = {"pair": pair, "baseline_params": b.params if b else None}
+        flags = [f"baseline {doubt}" for doubt in (doubts["baseline"].get(b_key.params, []) if b_key else [])]
+        flags += [f"candidate {doubt}" for doubt in (doubts["candidate"].get(c_key.params, []) if c_key else [])]
+        if flags:  # a number read from the wrong place (page cache vs storage) says nothing about the other
+            reason = f"cache discipline in doubt: {'; '.join(flags)} (the numbers alone: {item['reason']})"
+            item.update(judged_outcome=item["outcome"], outcome=verdicts.INCONCLUSIVE, cache_flags=flags, reason=reason)
         items.append(item)
     # What the campaign says it is testing (verdict.differs_in: a throttled rate, a new software stack) may differ,
     # and so may the parameters a pair maps (verdict.pairs), for the items it maps; anything else that differs makes
@@ -361,7 +384,8 @@ def verdict_compute(
             item["accepted_differences"] = [d for d in found if comparability.subject(d) in accepted]
         if differences:  # across different configurations no change means what it seems to: inconclusive, and why
             reason = "not comparable, the configurations differ: " + "; ".join(differences)
-            item.update(judged_outcome=item["outcome"], outcome=verdicts.INCONCLUSIVE, differences=differences,
+            item.update(judged_outcome=item.get("judged_outcome", item["outcome"]), outcome=verdicts.INCONCLUSIVE,
+                        differences=differences,
                         reason=f"{reason} (the numbers alone: {item['reason']})")  # fmt: skip
     counts = {o: sum(1 for i in items if i["outcome"] == o) for o in VerdictOutcome.values}
     return Verdict.objects.create(

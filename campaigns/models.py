@@ -169,6 +169,12 @@ class Run(models.Model):
     def is_terminal(self) -> bool:
         return self.status in RUN_TERMINAL
 
+    @property
+    def cache_flags(self) -> list[dict[str, str]]:
+        """What makes the run's cache discipline doubtful ({code, message}; plugins/cache.py): a flush that did not
+        take effect, cache hits in a run meant to read storage, storage reads in a run meant to read the cache."""
+        return list((self.provenance.get("cache") or {}).get("flags") or [])
+
 
 class RunHost(models.Model):
     """What a run did on one host: the exact command, where, its exit code and its full output."""

@@ -121,16 +121,21 @@ def build_commands(
 ) -> tuple[HostCommand | None, HostCommand | None]:
     """A host's (main, service) commands, run inside the campaign's container when it has one."""
     main, service = split_commands(benchmark.build(benchmark_params(run.params), context))
+    service_dir = f"{context.run_dir}/{SERVICE_DIR}"
+    return _inside(run, context, main, context.run_dir), _inside(run, context, service, service_dir)
+
+
+def build_layout(run: Run, benchmark: Benchmark, context: HostContext) -> HostCommand | None:
+    """A host's data layout command (run in its run directory before the cache flush), or None."""
+    return _inside(run, context, benchmark.layout(benchmark_params(run.params), context), context.run_dir)
+
+
+def _inside(run: Run, context: HostContext, command: HostCommand | None, workdir: str) -> HostCommand | None:
+    """``command`` as it runs inside the campaign's container (unchanged without one)."""
     found = container_of(run)
-    if found is None:
-        return main, service
+    if command is None or found is None:
+        return command
     runtime, _ = found
-    name = container_name(run.campaign)
-
-    def inside(command: HostCommand | None, workdir: str) -> HostCommand | None:
-        if command is None:
-            return None
-        env = {**context.env, **command.env}
-        return replace(command, argv=runtime.exec_argv(name, command.argv, env=env, workdir=workdir))
-
-    return inside(main, context.run_dir), inside(service, f"{context.run_dir}/{SERVICE_DIR}")
+    env = {**context.env, **command.env}
+    argv = runtime.exec_argv(container_name(run.campaign), command.argv, env=env, workdir=workdir)
+    return replace(command, argv=argv)

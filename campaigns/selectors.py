@@ -14,7 +14,7 @@ from django.db.models import Avg, Count, F, Min, Prefetch, Q, QuerySet
 
 from campaigns import planning
 from campaigns.models import RUN_TERMINAL, Campaign, Result, Run, RunStatus
-from campaigns.plan import build_commands, display_command, host_context, run_host_infos
+from campaigns.plan import build_commands, build_layout, display_command, host_context, run_host_infos
 from campaigns.verdicts import sample_stdev
 from common import numbers
 from plugins.benchmarks.base import ParamError, get_benchmark
@@ -121,10 +121,13 @@ def _point_commands(
         root = f"{preview_home(node)}/.rackbench"
         ctx = host_context(placeholder, node_name=node.name, index=i, root=root, hosts=infos, dir_name="run-ID")
         main, service = build_commands(placeholder, benchmark, ctx)
+        layout = build_layout(placeholder, benchmark, ctx)
         hosts.append(
             {
                 "host": node.name,
                 "address": node.address,
+                # as runners.prepare runs it: before the cache flush, with its files beside the command's
+                "layout": display_command(ctx.run_dir, layout.argv, {**ctx.env, **layout.env}) if layout else "",
                 "command": display_command(ctx.run_dir, main.argv, main.env) if main else "",
                 "files": main.files if main else {},
                 "service": display_command(f"{ctx.run_dir}/service", service.argv, service.env) if service else "",

@@ -323,6 +323,8 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "tail_chars": TAIL_CHARS,
         "tail_slice": f"-{TAIL_CHARS}:",
         "flushes": run.provenance.get("flush") or [],
+        "layout": run.provenance.get("layout") or {},
+        "reads": (run.provenance.get("cache") or {}).get("reads") or {},
         "provenance_json": json.dumps(run.provenance, indent=2, sort_keys=True),
     }
     template = "campaigns/_run.html" if _is_htmx(request) else "campaigns/run_detail.html"

@@ -8,6 +8,7 @@ from campaigns.models import Run, RunHost
 from campaigns.plan import (
     SERVICE_DIR,
     build_commands,
+    build_layout,
     host_context,
     run_host_infos,
 )
@@ -39,6 +40,7 @@ class HostJob(RunTarget):
     root: str = ""  # rackbench's directory on the host (run directories, data, container keys)
     login: remote.Target | None = None  # on the primary under Slurm: the login node its main is submitted on
     telemetry_dir: str = ""  # the sampler's job directory, when the campaign samples telemetry (runners.samplers)
+    layout: HostCommand | None = None  # lays out the data the main command reads, before the cache flush
 
     @property
     def service_dir(self) -> str:
@@ -70,7 +72,8 @@ def host_jobs(run: Run, benchmark: Benchmark) -> list[HostJob]:
     for i, (host, root) in enumerate(zip(hosts, roots, strict=True)):
         context = host_context(run, node_name=host.row.host, index=i, root=root, hosts=infos)
         main, service = build_commands(run, benchmark, context)
-        jobs.append(HostJob(host.row, host.target, context, main, service, root))
+        layout = build_layout(run, benchmark, context)
+        jobs.append(HostJob(host.row, host.target, context, main, service, root, layout=layout))
     return jobs
 
 

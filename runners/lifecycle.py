@@ -16,7 +16,9 @@ from campaigns.plan import (
     SERVICE_DIR,
 )
 from campaigns.planning import benchmark_params
+from plugins import cache
 from plugins.benchmarks.base import (
+    Benchmark,
     Metric,
     ParseError,
     get_benchmark,
@@ -25,6 +27,7 @@ from plugins.launchers import slurm
 from runners import remote, samplers, ssh
 from runners import slurm as slurm_jobs
 from runners.hosts import TAIL, HostJob, RunTarget, last_lines, main_targets, run_targets, slurm_login
+from runners.prepare import snapshot
 
 SERVICE_READY_TIMEOUT = 30.0
 
@@ -172,7 +175,8 @@ def run_collect(run: Run) -> tuple[str, str]:
     """
     benchmark = get_benchmark(run.campaign.kind)
     targets = run_targets(run, started=True)
-    samplers.stop(run, targets)  # first: the samplers record the benchmark, not this
+    ended = remote.fan_out(targets, lambda t: snapshot(t.target))  # first: the counters as the benchmark left them
+    samplers.stop(run, targets)  # the samplers record the benchmark, not this
     hosts = main_targets(run, targets)
     login = slurm_login(run)
     if login is not None:
@@ -205,11 +209,68 @@ def run_collect(run: Run) -> tuple[str, str]:
     stop_services(run, targets)
     metrics = per_host + benchmark.aggregate(per_host) if per_host else []
     services.run_store_results(run=run, metrics=metrics)
+    outputs_by_host = {h.row.host: o.stdout for h, o in zip(hosts, outputs, strict=True)}
+    snapshots = dict(zip([t.row.host for t in targets], ended, strict=True))
+    _judge_cache(run, benchmark, metrics, outputs_by_host, snapshots, _job_io(run, benchmark, targets))
     samplers.collect(run, targets)  # after the results: it adds its summaries to them
     if not errors:
         errors += benchmark.missing(metrics, [h.row.host for h in hosts])
         errors += benchmark.check(benchmark_params(run.params), metrics, logs)
     return (RunStatus.FAILED, "\n".join(errors)) if errors else (RunStatus.SUCCEEDED, "")
+
+
+def _job_io(run: Run, benchmark: Benchmark, targets: list[RunTarget]) -> dict[str, dict[str, int]] | None:
+    """Each main command's own I/O accounting ({host: /proc/<pid>/io}), when it covers all the run's reads: not for
+    a Slurm job (no launcher of rackbench's), a container (its processes are the runtime's children, not the
+    launcher's), a run with services (fio --client: the servers read) nor MPI ranks started on other hosts."""
+    hosts = main_targets(run, targets)
+    elsewhere = (
+        slurm_login(run) is not None
+        or bool(run.campaign.container)
+        or any(t.row.service_command for t in targets)
+        or (benchmark.uses_mpi and len(targets) > 1)
+    )
+    if not hosts or elsewhere:
+        return None
+    found = remote.fan_out(hosts, lambda h: cache.parse_proc_io(remote.job_io(h.target, h.row.remote_dir)))
+    if any(not isinstance(f, dict) or not f for f in found):
+        return None
+    return {h.row.host: f for h, f in zip(hosts, found, strict=True)}
+
+
+def _judge_cache(
+    run: Run,
+    benchmark: Benchmark,
+    metrics: list[Metric],
+    outputs: dict[str, str],
+    ended: dict[str, Any],
+    processes: dict[str, dict[str, int]] | None,
+) -> None:
+    """Compare what the benchmark read with what was read from storage meanwhile (plugins/cache.py), and keep the
+    evidence and its flags in the run's provenance. Counters that could not be read leave the run unjudged."""
+    read = benchmark.bytes_read(metrics, outputs) if metrics else None
+    end = {host: s for host, s in ended.items() if isinstance(s, dict) and "error" not in s}
+
+    def update(provenance: dict[str, Any]) -> None:
+        found = dict(provenance.get("cache") or {})
+        start = {h: s for h, s in (found.get("start") or {}).items() if "error" not in s}
+        usable = set(start) == set(end) and bool(start)
+        storage_read, source = cache.storage_reads(
+            {h: cache.Snapshot.from_dict(s) for h, s in start.items()} if usable else {},
+            {h: cache.Snapshot.from_dict(s) for h, s in end.items()} if usable else {},
+            processes,
+        )
+        reads = cache.judge_reads(found.get("expect", ""), read, storage_read)
+        flushes = [f for record in provenance.get("flush") or [] for f in record.get("flags", [])]
+        found.update(
+            end=end,
+            processes=processes or {},
+            reads={**{k: v for k, v in reads.items() if k != "flags"}, "source": source},
+            flags=flushes + reads["flags"],
+        )
+        provenance["cache"] = found
+
+    services.run_provenance_merge(run_id=run.pk, update=update)
 
 
 def stop_services(run: Run, targets: list[RunTarget]) -> None:

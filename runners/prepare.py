@@ -1,5 +1,7 @@
-"""Preparing a run on its hosts: containers, mounts, files, the MPI reachability check, Slurm's batch script, and the
-cache flushes (storage, then every client's page cache) with what they found recorded in provenance."""
+"""Preparing a run on its hosts: containers, mounts, files, the MPI reachability check, Slurm's batch script, the
+benchmark's data laid out, and the cache flushes (storage, then every client's page cache) with what they found
+recorded in provenance: each host's page cache before and after its flush, and its counters as the job starts
+(plugins/cache.py judges them when the run is collected)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from campaigns.plan import (
 )
 from campaigns.planning import benchmark_params
 from inventory.crypto import decrypt
+from plugins import cache
 from plugins.benchmarks.base import (
     Benchmark,
     ParamError,
@@ -124,7 +127,17 @@ def run_prepare(run: Run) -> list[HostJob]:
         provenance["slurm"] = _prepare_slurm(run, jobs[0], options)
     provenance["hosts"] = hosts_provenance(run, benchmark, jobs)
     provenance["params"] = run.params
+    provenance["layout"] = lay_out_data(run, jobs)  # before the flush: the run reads data no cache just received
     provenance["flush"] = flush_caches(run, jobs)
+    start = remote.fan_out(jobs, lambda j: snapshot(j.target))  # the counters as the measured job starts
+    ssh.raise_first(start)
+    provenance["cache"] = {
+        "expect": cache.expectation(
+            flush_clients=run.campaign.flush_clients, warmup_runs=run.campaign.warmup_runs, is_warmup=run.is_warmup
+        ),
+        "start": {j.row.host: s for j, s in zip(jobs, start, strict=True)},
+        "flags": [f for record in provenance["flush"] for f in record.get("flags", [])],
+    }
     Run.objects.filter(pk=run.pk).update(provenance=provenance, heartbeat_at=timezone.now())
     return jobs
 
@@ -346,6 +359,35 @@ def unmount_storage(campaign: Any, nodes: list[Any]) -> list[str]:
     return [str(r) for r in results if isinstance(r, BaseException)]
 
 
+def lay_out_data(run: Run, jobs: list[HostJob]) -> dict[str, dict[str, Any]]:
+    """Run every host's layout command (the benchmark's data written where it will read it); returns what ran where
+    and when. Each may take as long as a run may."""
+    hosts = [j for j in jobs if j.layout]
+
+    def lay_out(job: HostJob) -> dict[str, Any]:
+        assert job.layout is not None
+        run_dir = job.context.run_dir
+        job.target.put({f"{run_dir}/{name}": content for name, content in job.layout.files.items()})
+        line = display_command(run_dir, job.layout.argv, {**job.context.env, **job.layout.env})
+        at = timezone.now()
+        result = job.target.check(line, what="laying out the benchmark's data", timeout=run.campaign.run_timeout_s)
+        return {"command": line, "at": at.isoformat(), "ended_at": timezone.now().isoformat(),
+                "seconds": round(result.seconds, 3)}  # fmt: skip
+
+    results = remote.fan_out(hosts, lay_out)
+    ssh.raise_first(results)
+    return {j.row.host: r for j, r in zip(hosts, results, strict=True)}
+
+
+def snapshot(target: remote.Target) -> dict[str, Any]:
+    """The host's page cache and storage read counters now (plugins/cache.py), or why they cannot be read."""
+    result = target.run(cache.SNAPSHOT_COMMAND)
+    try:
+        return {"at": timezone.now().isoformat(), **cache.parse_snapshot(result.stdout).as_dict()}
+    except ValueError as exc:
+        return {"at": timezone.now().isoformat(), "error": str(exc)}
+
+
 def client_flush_command(user: str) -> str:
     if user == "root":
         return "sync && echo 3 > /proc/sys/vm/drop_caches"
@@ -363,15 +405,24 @@ def flush_caches(run: Run, jobs: list[HostJob]) -> list[dict[str, Any]]:
             raise ssh.PermanentSSHError(None, f"storage system {campaign.storage.name} has no flush command")
         records.append(_flush(target, command, f"storage {campaign.storage.name}", "flushing the storage caches"))
     if campaign.flush_clients:
-        results = remote.fan_out(
-            jobs,
-            lambda j: _flush(
-                j.target, client_flush_command(j.target.endpoint.username), j.row.host, "flushing the page cache"
-            ),
-        )
+        results = remote.fan_out(jobs, _flush_client)
         ssh.raise_first(results)
         records += results
     return records
+
+
+def _flush_client(job: HostJob) -> dict[str, Any]:
+    """Flush the host's page cache, with its size before and after (flagged when the flush left most of it)."""
+    before = snapshot(job.target)
+    record = _flush(job.target, client_flush_command(job.target.endpoint.username), job.row.host,
+                    "flushing the page cache")  # fmt: skip
+    after = snapshot(job.target)
+    record["page_cache"] = {"before": before, "after": after}
+    if "error" not in before and "error" not in after:
+        record["flags"] = cache.flush_flags(
+            job.row.host, cache.Snapshot.from_dict(before), cache.Snapshot.from_dict(after)
+        )
+    return record
 
 
 def _flush(target: remote.Target, command: str, label: str, what: str) -> dict[str, Any]:

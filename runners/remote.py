@@ -7,6 +7,8 @@ A detached job lives in its own directory on the host::
     submitted    marker written before launching: a redelivered submit never starts a second copy
     killed       marker written by job_kill: rackbench stopped it (not someone else, not a reboot)
     pid, stdout, stderr, exit_code
+    io           the launcher's /proc/<pid>/io as the command ended: the kernel adds every process it waited for
+                 (the command, and what that reaped in turn), so it is the I/O the job itself did
 
 The job runs in its own session (setsid) with its directory in its environment (``RACKBENCH_JOB``), so cancel
 and timeout kill the whole process group and every process carrying the marker (also those that started a
@@ -157,7 +159,9 @@ LAUNCHER = """#!/bin/sh
 cd "$(dirname "$0")" || exit 90
 echo $$ > pid.tmp && mv pid.tmp pid
 sh ./command.sh > stdout 2> stderr < /dev/null
-echo $? > exit_code.tmp && mv exit_code.tmp exit_code
+rc=$?
+cat /proc/$$/io > io.tmp 2>/dev/null && mv io.tmp io
+echo $rc > exit_code.tmp && mv exit_code.tmp exit_code
 """
 
 
@@ -296,8 +300,13 @@ def job_undo(target: Target, job_dir: str) -> None:
     """Kill a job and forget that it was started, so that it can be started again (a start undone half way)."""
     job_kill(target, job_dir)
     target.check(
-        f"cd {shlex.quote(job_dir)} && rm -f submitted pid exit_code stdout stderr killed", what="resetting the job"
+        f"cd {shlex.quote(job_dir)} && rm -f submitted pid exit_code stdout stderr killed io", what="resetting the job"
     )
+
+
+def job_io(target: Target, job_dir: str) -> str:
+    """The job's own I/O counters (/proc/<pid>/io text); "" when the job did not record them."""
+    return (target.get(f"{job_dir}/io") or b"").decode(errors="replace")
 
 
 def job_output(target: Target, job_dir: str, *, limit: int | None = None) -> tuple[str, str]:

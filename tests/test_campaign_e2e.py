@@ -115,7 +115,9 @@ def test_it_refuses_a_node_whose_host_key_changed(lab: dict[str, Any], worker: A
 
 def test_it_keeps_stderr_when_fio_exits_non_zero(lab: dict[str, Any], worker: Any) -> None:
     missing = "/tmp/rackbench-no-such-directory"  # fio does not create a directory it is given
+    # a writing job: a reading one would fail earlier, laying out its files (test_cache_discipline)
     data = fio_campaign("fio-fails", ["lab1"], fixed={"bs": "64k", "size": "8M", "directory": missing})
+    data["matrix"] = {"rw": ["write"]}
     campaign = services.campaign_launch(campaign=services.campaign_apply(data=data))
 
     assert finished(campaign).status == CampaignStatus.FAILED

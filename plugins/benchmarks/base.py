@@ -100,9 +100,21 @@ class Benchmark:
         """
         raise NotImplementedError
 
+    def layout(self, params: dict[str, Any], host: HostContext) -> HostCommand | None:
+        """A command that lays out the data the main command will read (run on every host before the cache flush,
+        so that the measured run reads data the caches no longer hold); None when the benchmark needs none.
+        It must be idempotent: a run prepared twice runs it twice."""
+        return None
+
     def parse(self, text: str, *, host: str = "") -> list[Metric]:
         """Metrics found in one host's output, each tagged with ``host``."""
         raise NotImplementedError
+
+    def bytes_read(self, metrics: list[Metric], outputs: dict[str, str]) -> float | None:
+        """How many bytes the run read (all hosts together), from its metrics or its hosts' outputs; None when the
+        benchmark does not say. By default its aggregate ``read_bytes`` metric."""
+        found = [m.value for m in metrics if m.name == "read_bytes" and m.host == "" and not m.labels]
+        return found[0] if found else None
 
     def aggregate(self, per_host: list[Metric]) -> list[Metric]:
         """Aggregate metrics (host="") across hosts from the per-host ones."""

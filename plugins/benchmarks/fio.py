@@ -22,6 +22,10 @@ the run (``mkdir -p`` in runners.execution). fio refuses a ``directory`` that do
 directory"), and that is kept on purpose: a directory a campaign names is usually a mount point, and creating it
 would benchmark whatever file system lies underneath. (fio 3.2 and later would create it when given as
 ``filename_format=<dir>/$jobname.$jobnum.$filenum``; not used, for that reason.)
+
+Layout: a job that reads has its files laid out by ``fio --create_only=1`` on the same job file before the caches
+are flushed (``layout``), so that the measured run reads data that neither the page cache nor the storage's cache
+just received, and no layout writeback competes with its reads.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from plugins.benchmarks.base import (
 )
 
 JOB_FILE = "job.fio"
+LAYOUT_FILE = "layout.fio"  # the host's job file, for the layout pass (in client mode the primary holds the others)
 DEFAULT_JOB_NAME = "rackbench"
 DEFAULT_SIZE = "64M"
 MAX_VALUE_LENGTH = 1024
@@ -57,6 +62,7 @@ DIRECTIONS = ("read", "write")
 PERCENTILES = {"p50": 50.0, "p99": 99.0, "p99_9": 99.9}
 
 RW_MODES = ("read", "write", "randread", "randwrite", "rw", "readwrite", "randrw")
+READING_MODES = ("read", "randread", "rw", "readwrite", "randrw")  # modes whose files are laid out before the flush
 IO_ENGINES = ("sync", "psync", "vsync", "pvsync", "pvsync2", "libaio", "io_uring", "posixaio", "mmap", "null")
 # Options people reach for that stay refused, with the reason given back to them.
 REFUSED = {
@@ -591,6 +597,32 @@ class Fio(Benchmark):
             files={JOB_FILE: _job_file(job)},
         )
 
+    def layout(self, params: dict[str, Any], host: HostContext) -> HostCommand | None:
+        """For a job that reads: ``fio --create_only=1`` on the host's own job file (the one its fio, or the primary's
+        fio --client, runs), which lays out the same files and does no I/O on them. fio keeps a file of the right
+        size as it is, so a second layout does nothing."""
+        fio_params, _ = _client_options(params)
+        job = _job(fio_params, data_dirs=_data_dirs(host, host.node))
+        if job.options.get("rw", job.shared.get("rw")) not in READING_MODES:
+            return None
+        return HostCommand(
+            argv=["fio", "--create_only=1", "--eta=never", LAYOUT_FILE], files={LAYOUT_FILE: _job_file(job)}
+        )
+
+    def bytes_read(self, metrics: list[Metric], outputs: dict[str, str]) -> float | None:
+        """fio's ``io_bytes`` of every job's reads, on every host (fio --client output: of every client)."""
+        total = 0.0
+        for text in outputs.values():
+            try:
+                doc = _document(text)
+            except ParseError:
+                return None
+            key = "client_stats" if "client_stats" in doc else "jobs"
+            for entry in _entries(doc, key):
+                if entry.get("jobname") != ALL_CLIENTS:
+                    total += _read_bytes(_object(entry.get("read")))
+        return total
+
     def parse(self, text: str, *, host: str = "") -> list[Metric]:
         """Per-job and per-host metrics for fio's normal JSON output; for --client output, see _client_metrics."""
         doc = _document(text)
@@ -617,6 +649,12 @@ class Fio(Benchmark):
         combined = {d: _combine(p) for d, p in parts.items()}
         metrics = _metrics(combined, "", {}, percentile_labels={"across_hosts": "max"})
         return [m for m in metrics if m.name not in present]
+
+
+def _read_bytes(d: dict[str, Any]) -> float:
+    """Bytes a direction moved: io_bytes, which was in KiB before fio 2.21 (when io_kbytes came)."""
+    io_bytes = _number(d.get("io_bytes")) or 0.0
+    return io_bytes if "io_kbytes" in d else io_bytes * 1024
 
 
 def _from_totals(values: dict[str, float], d: str) -> _Direction:

@@ -21,6 +21,9 @@ training does; rank 0 listens on ``sync_port``, default 29400, of the first host
 progress lines, default 10), ``round_robin_by`` (``global`` or ``local`` rank), ``python`` (default ``python3``)
 and the launch's ``mpi_*`` parameters.
 
+With ``create_files``, ``layout`` runs the same ranks with ``--create-only`` before the cache flush: the dataset is
+written (or kept, when already there) before the flush, and the measured run only reads.
+
 Metrics: per rank (host: the primary, whose output holds every rank's lines; labels {"rank": r}):
 ``read_mb_per_sec`` (MB/s, 10^6 bytes), ``records_per_sec``, ``read_bytes`` and ``sync_wait_s``. For the run
 (host "", labels {}): ``read_mb_per_sec`` and ``records_per_sec``, sums over the ranks; ``read_bytes``;
@@ -258,6 +261,19 @@ def parse_summaries(text: str, host: str) -> list[Metric]:
     ]
 
 
+def _command(params: dict[str, Any], host: HostContext, args: list[str]) -> HostCommand | None:
+    """mpirun of the spreader and the reader with ``args``, from the primary host (None on the others)."""
+    python, by = _programs(params)
+    rank_argv = [python, SPREADER, "--by", by, "--dirs", *_directories(host), "--",
+                 python, READER, "--dir", _data_dir_arg(params), *args]  # fmt: skip
+    if not host.is_primary:
+        return None
+    argv = mpirun_argv(host.hosts, rank_argv, options_from_params(params, host.env))
+    if len(host.hosts) > 1:
+        argv[1:1] = ["--preload-files", f"{SPREADER},{READER}"]
+    return HostCommand(argv=argv, files={SPREADER: _source(SPREADER), READER: _source(READER)})
+
+
 @register
 class StorageRead(Benchmark):
     kind = "storage_read"
@@ -274,29 +290,13 @@ class StorageRead(Benchmark):
         options_from_params(params, {})
 
     def build(self, params: dict[str, Any], host: HostContext) -> HostCommand | None:
+        return _command(params, host, reader_args(params) + _sync(params, host))
+
+    def layout(self, params: dict[str, Any], host: HostContext) -> HostCommand | None:
+        """With ``create_files``: the same ranks write their share of the dataset (``--create-only``) before the
+        cache flush, so that the measured run reads what no cache just received; files already there are kept."""
         args = reader_args(params)
-        python, by = _programs(params)
-        rank_argv = [
-            python,
-            SPREADER,
-            "--by",
-            by,
-            "--dirs",
-            *_directories(host),
-            "--",
-            python,
-            READER,
-            "--dir",
-            _data_dir_arg(params),
-            *args,
-            *_sync(params, host),
-        ]
-        if not host.is_primary:
-            return None
-        argv = mpirun_argv(host.hosts, rank_argv, options_from_params(params, host.env))
-        if len(host.hosts) > 1:
-            argv[1:1] = ["--preload-files", f"{SPREADER},{READER}"]
-        return HostCommand(argv=argv, files={SPREADER: _source(SPREADER), READER: _source(READER)})
+        return _command(params, host, [*args, "--create-only"]) if "--create" in args else None
 
     def parse(self, text: str, *, host: str = "") -> list[Metric]:
         return parse_summaries(text, host)

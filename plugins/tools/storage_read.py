@@ -109,6 +109,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     stop.add_argument("--duration", type=float, help="seconds to read for (default: 60)")
     stop.add_argument("--batches", type=positive, help="number of batches to read")
     p.add_argument("--create", type=positive, metavar="N", help="first create a synthetic dataset of N files")
+    p.add_argument("--create-only", action="store_true", help="create the --create dataset, read nothing, exit")
     p.add_argument("--record-size", type=size_in_bytes, help="bytes per record of the synthetic dataset")
     p.add_argument("--records-per-file", type=positive, default=1, help="records per synthetic TFRecord file")
     p.add_argument("--drop-cache", action="store_true", help="drop this node's cached pages of the files first")
@@ -340,6 +341,8 @@ def run(args: argparse.Namespace, rank: int, size: int) -> dict:
         paths = create_dataset(args.dir, args.create, args.record_size, args.format, args.records_per_file, rank, size)
     else:
         paths = find_files(args.dir, args.pattern, rank, size)
+    if args.create_only:
+        return {"type": "layout", "tool": TOOL, "rank": rank, "size": size, "dir": args.dir, "files": len(paths)}
     if args.drop_cache:
         for path in paths:
             drop_cache(path)

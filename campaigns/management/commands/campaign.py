@@ -89,6 +89,8 @@ class Command(BaseCommand):
         for point in preview["shown"]:
             self.stdout.write(f"\npoint {point['point']}: {point['params']}")
             for host in point["hosts"]:
+                if host["layout"]:
+                    self.stdout.write(f"  {host['host']} (layout, before the flush): {host['layout']}")
                 self.stdout.write(f"  {host['host']}: {host['command']}")
 
     def do_run(self, name: str, wait: bool = False, timeout: float = 0, **_: Any) -> None:
