@@ -157,7 +157,8 @@ def _prepare_host(job: HostJob) -> None:
     run_dir = job.context.run_dir
     data_dirs = [job.context.data_dir] + [f"{mount}/{job.context.node}" for mount in job.context.mounts]
     dirs = data_dirs + ([job.service_dir] if job.service else [])
-    files = {run_dir: _main_files(job)}
+    layout = job.layout.files if job.layout else {}  # written now, in the same round trip; run before the flush
+    files = {run_dir: {**layout, **_main_files(job)}}
     if job.service:
         service_files = dict(job.service.files)
         service_files["command.sh"] = remote.command_script(job.service.argv, job.service.env)
@@ -366,9 +367,7 @@ def lay_out_data(run: Run, jobs: list[HostJob]) -> dict[str, dict[str, Any]]:
 
     def lay_out(job: HostJob) -> dict[str, Any]:
         assert job.layout is not None
-        run_dir = job.context.run_dir
-        job.target.put({f"{run_dir}/{name}": content for name, content in job.layout.files.items()})
-        line = display_command(run_dir, job.layout.argv, {**job.context.env, **job.layout.env})
+        line = display_command(job.context.run_dir, job.layout.argv, {**job.context.env, **job.layout.env})
         at = timezone.now()
         result = job.target.check(line, what="laying out the benchmark's data", timeout=run.campaign.run_timeout_s)
         return {"command": line, "at": at.isoformat(), "ended_at": timezone.now().isoformat(),

@@ -47,8 +47,13 @@ def test_versions_are_read_once_per_campaign_and_node_and_recorded_in_every_run(
     recorded = [run.provenance["hosts"] for run in campaign.runs.order_by("sequence")]
     assert len(recorded) == 3 and all(hosts == recorded[0] for hosts in recorded)
     assert recorded[0]["lab1"]["tool_version"].startswith("fio-") and recorded[0]["lab1"]["kernel"]
-    # After the first run, preparing a host is one round trip: directories and files in one command.
-    assert [command for host, command in commands if host == "lab1"][-2:] == ["sh -s", "sh -s"]
+    # Writing a host's directories and files (the layout pass's included) is one round trip per run, before the
+    # layout pass and the flush that follow it.
+    lab1 = [command for host, command in commands if host == "lab1" and not command.startswith("uname")]
+    assert sum(command == "sh -s" for command in lab1) == 3
+    assert not any(command.startswith("mkdir") for command in lab1)
+    layouts = [i for i, command in enumerate(lab1) if "--create_only=1" in command]
+    assert len(layouts) == 3 and all(lab1[i - 1] == "sh -s" for i in layouts)
 
 
 def test_a_node_changed_under_its_name_has_its_versions_read_again(lab: dict[str, Any]) -> None:
