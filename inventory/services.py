@@ -152,6 +152,15 @@ def node_store_facts(*, node: Node, facts: dict[str, Any]) -> Node:
     return node
 
 
+def node_note_home(*, node: Node, home: str) -> None:
+    """Remember the login directory a worker found on the node (facts["home"]), so that a campaign's preview shows
+    the very paths its runs use. Writes only when it changed."""
+    if node.facts.get("home") == home:
+        return
+    node.facts = {**node.facts, "home": home}
+    Node.objects.filter(pk=node.pk).update(facts=node.facts)
+
+
 def credential_key_check(*, private_key: str) -> None:
     """Raise InventoryError unless the text is a private key paramiko can use (for forms, before saving)."""
     _load_private_key(private_key)

@@ -43,6 +43,7 @@ T=""; command -v timeout >/dev/null 2>&1 && T="timeout 30"
 section() {{ printf '\\n{MARKER}%s@@\\n' "$1"; }}
 section hostname; hostname 2>/dev/null || cat /proc/sys/kernel/hostname
 section kernel; uname -r
+section home; pwd -P
 section lscpu; $T lscpu -J 2>/dev/null || $T lscpu 2>/dev/null
 section meminfo; grep '^MemTotal:' /proc/meminfo
 section nvidia-smi
@@ -115,6 +116,7 @@ def parse_facts(output: str) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "hostname": sections.get("hostname", "").strip(),
         "kernel": sections.get("kernel", "").strip(),
+        "home": sections.get("home", "").strip(),  # the login directory: where runs put rackbench's directory
         "cpu_model": cpu.get("model", ""),
         "cpu_cores": cpu.get("cores"),
         "cpu_threads": cpu.get("threads"),

@@ -21,6 +21,7 @@ from inventory.services import (
     credential_set_key,
     hostkey_forget,
     hostkey_pin,
+    node_note_home,
     node_upsert,
     storage_upsert,
 )
@@ -175,6 +176,7 @@ class Command(BaseCommand):
             ram_mb=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20,
         )
         self._pin_host_key(node)
+        node_note_home(node=registered, home=os.path.realpath(account.home))  # previews show the runs' paths
         return registered
 
     def _pin_host_key(self, node: lab.LabNode) -> None:
