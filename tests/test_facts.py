@@ -262,6 +262,16 @@ def test_it_collects_real_facts_from_a_lab_node_over_ssh(facts_lab: tuple[lab.La
     assert node.cpu_cores and node.cpu_model
     assert node.facts["hostname"] == found["hostname"] and node.facts_collected_at is not None
     assert node.interfaces.get(pk=first_nic.pk).role == InterfaceRole.MANAGEMENT
+    # a docker binary with no daemon behind it (as on this machine) makes no container runtime
+    assert "docker" not in node.facts["container_runtimes"] and node.container_runtime != "docker"
+    if shutil.which("docker"):
+        assert node.facts["container_runtimes_silent"] == ["docker"]
+
+
+def test_a_runtime_counts_only_when_it_answers() -> None:
+    text = f"docker{facts.SILENT}\npodman\nenroot\n"
+    assert facts.parse_runtimes(text) == ["podman", "enroot"]
+    assert facts.parse_runtimes(text, silent=True) == ["docker"]
 
 
 # --- the task ------------------------------------------------------------------------------------
