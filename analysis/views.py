@@ -165,6 +165,9 @@ def sweep(request: HttpRequest) -> HttpResponse:
     if campaigns and metric and x:
         figure, table = reports.sweep_report(campaigns=campaigns, metric=metric, x=x, hosts=hosts, log=log,
                                              where=where)  # fmt: skip
+        table.empty = (
+            f"No point of the chosen campaigns has both {metric} and a numeric {x}: pick another metric or axis."
+        )
         tables.append(table)
     return _render(request, "analysis/sweep.html", context, name="sweep", tables=tables, figure=figure)
 

@@ -140,7 +140,11 @@ def node_collect_facts(*, node_ids: Iterable[int]) -> None:
 
 
 def node_store_facts(*, node: Node, facts: dict[str, Any]) -> Node:
-    """Store discovered facts and fill the inventory fields that are still empty."""
+    """Store discovered facts and fill the inventory fields that are still empty. A container runtime that earlier
+    facts filled in (a docker binary was found) and that does not answer now (no daemon) is taken back."""
+    earlier = node.facts.get("container_runtimes") or []
+    if node.container_runtime in earlier and node.container_runtime in facts.get("container_runtimes_silent", []):
+        node.container_runtime = ""
     node.facts = facts
     node.facts_collected_at = timezone.now()
     found = {**facts, "container_runtime": (facts.get("container_runtimes") or [None])[0]}

@@ -681,3 +681,10 @@ def test_analysis_tables_show_numbers_in_their_unit_with_the_exact_value_on_hove
         assert "1,299,118,476" not in table and not re.search(r">[\d,.]+ B/s<", table)
     data = json.loads(client.get(f"/analysis/scaling/?campaign={gpu_less_fio.pk}&format=json").content)
     assert data["rows"][0]["read_bw_bytes mean"] == pytest.approx(1_299_118_476) and data["rows"][0]["unit"] == "B/s"
+
+
+@pytest.mark.django_db
+def test_an_empty_sweep_says_what_is_missing_not_that_nothing_succeeded(owner: Any, gpu_less_fio: Any) -> None:
+    page = client_for(owner).get(f"/analysis/sweep/?campaign={gpu_less_fio.pk}&metric=read_bw_bytes&where=nodes=3")
+    text = page.content.decode()
+    assert "has both read_bw_bytes and a numeric nodes" in text and "no succeeded run" not in text.lower()
