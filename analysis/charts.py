@@ -51,6 +51,7 @@ class Figure:
     lines: list[Line]
     x_log: bool = False
     x_unit: str = ""  # "B": ticks on powers of two, labelled in KiB/MiB/GiB
+    x_integer: bool = field(default=False, init=False)  # every x is whole (GPUs, nodes): ticks at whole numbers
     references: list[tuple[str, float]] = field(default_factory=list)  # horizontal lines
     y_unit: str = ""  # the stored unit of the y values: ticks, tooltips and the axis title read in its family
     y_divisor: float = field(default=1.0, init=False)  # stored y / y_divisor = the number a tick shows
@@ -62,10 +63,16 @@ class Figure:
         values = [y for line in measured for y in line.y] + [y for _, y in self.references]
         self.y_divisor, shown = numbers.axis(values, self.y_unit)
         self.y_title = f"{self.y_label} ({shown})" if shown else self.y_label
+        xs = [x for line in self.lines for x in line.x]
+        self.x_integer = bool(xs) and all(float(x).is_integer() for x in xs)
 
     def y_text(self, value: float) -> str:
         """A y value for a tooltip, in the best prefix of its own (common.numbers)."""
-        return numbers.quantity(value, self.y_unit) if self.y_unit else format_number(value)
+        return numbers.quantity(value, self.y_unit)
+
+    def x_text(self, value: float) -> str:
+        """An x value for a tooltip (common.numbers): a byte size in KiB/MiB, a count as it is."""
+        return numbers.quantity(value, self.x_unit)
 
     @property
     def empty(self) -> bool:
@@ -83,8 +90,8 @@ class Figure:
         xs = sorted({x for line in self.lines for x in line.x})
         index = {x: i for i, x in enumerate(xs)}
 
-        def aligned(line: Line, values: list[float]) -> list[float | None]:
-            out: list[float | None] = [None] * len(xs)
+        def aligned(line: Line, values: list[Any]) -> list[Any]:
+            out: list[Any] = [None] * len(xs)
             for x, v in zip(line.x, values, strict=True):
                 out[index[x]] = v
             return out
@@ -92,14 +99,16 @@ class Figure:
         colors = self.colors()
         series = []
         for i, line in enumerate(self.lines):
-            entry: dict[str, Any] = {"label": line.label, "color": colors[i], "dashed": line.dashed}
+            hover = aligned(line, [self.y_text(y) for y in line.y])  # each value as common.numbers writes it
+            entry: dict[str, Any] = {"label": line.label, "color": colors[i], "dashed": line.dashed, "text": hover}
             if line.low is not None and line.high is not None:
                 entry.update(band=line.banded, low=aligned(line, line.low), high=aligned(line, line.high))
             series.append(entry)
         return {
             "title": self.title, "x_label": self.x_label, "y_label": self.y_title, "x_log": self.x_log,
             "y_divisor": self.y_divisor,
-            "x_unit": self.x_unit, "data": [list(xs), *(aligned(line, line.y) for line in self.lines)],
+            "x_unit": self.x_unit, "x_integer": self.x_integer, "x_text": [self.x_text(x) for x in xs],
+            "data": [list(xs), *(aligned(line, line.y) for line in self.lines)],
             "series": series, "references": [{"label": label, "y": y} for label, y in self.references],
         }  # fmt: skip
 
@@ -125,13 +134,16 @@ def _downsampled(line: Line, x_log: bool) -> Line:
 # --- axes -----------------------------------------------------------------------------------------------------
 
 
-def nice_ticks(low: float, high: float, count: int = 6) -> list[float]:
-    """Round tick values (1, 2 or 5 times a power of ten) covering low..high."""
+def nice_ticks(low: float, high: float, count: int = 6, *, integer: bool = False) -> list[float]:
+    """Round tick values (1, 2 or 5 times a power of ten) covering low..high; whole numbers only for an
+    ``integer`` axis (GPUs, nodes: no tick at 1.05 GPUs)."""
     if high <= low:
         high = low + (abs(low) or 1.0)
     raw = (high - low) / count
     power = 10 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    if integer:
+        step = max(1.0, round(step))
     first = math.floor(low / step) * step
     ticks = [round(first, 12)]
     while ticks[-1] < high - step * 1e-9:  # the last tick is at or above high
@@ -148,21 +160,6 @@ def log_ticks(low: float, high: float, *, binary: bool) -> list[float]:
         stride = 2 * math.ceil(stride / 2)  # 1K, 4K, 16K ... or 1K, 16K, 256K: powers of 4 or 16 read better
         first -= first % stride
     return [float(base**e) for e in range(first, last + 1, stride)]
-
-
-def format_number(value: float, *, binary: bool = False) -> str:
-    """A tick or tooltip value: 1.5k, 20M, 4 KiB; plain digits in between."""
-    if binary and value >= 1024:
-        for unit, factor in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-            if value >= factor:
-                return f"{value / factor:g} {unit}"
-    magnitude = abs(value)
-    for suffix, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if magnitude >= size:
-            return f"{value / size:.3g}{suffix}"
-    if magnitude == 0 or magnitude >= 1:
-        return f"{value:.4g}"
-    return f"{value:.3g}"
 
 
 class _Scale:
@@ -222,14 +219,14 @@ def svg(fig: Figure, *, standalone: bool = False) -> str:
         parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{py:.1f}" y2="{py:.1f}" stroke="#e9ecf0"/>')
         parts.append(f'<text x="{LEFT - 6}" y="{py + 4:.1f}" text-anchor="end" class="tick">'
                      f"{escape(numbers.tick(t, fig.y_divisor))}</text>")  # fmt: skip
-    x_ticks = log_ticks(x0, x1, binary=binary) if fig.x_log else nice_ticks(x0, x1, 8)
+    x_ticks = log_ticks(x0, x1, binary=binary) if fig.x_log else nice_ticks(x0, x1, 8, integer=fig.x_integer)
     for t in x_ticks:
         if not x0 <= t <= x1:
             continue
         px = sx(t)
         parts.append(f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{TOP}" y2="{plot_bottom}" stroke="#eef1f5"/>')
         parts.append(f'<text x="{px:.1f}" y="{plot_bottom + 16}" text-anchor="middle" class="tick">'
-                     f"{escape(format_number(t, binary=binary))}</text>")  # fmt: skip
+                     f"{escape(numbers.tick_text(t, fig.x_unit))}</text>")  # fmt: skip
     axis = f"{fig.x_label} (log scale)" if fig.x_log else fig.x_label
     parts.append(f'<text x="{(LEFT + WIDTH - RIGHT) / 2}" y="{plot_bottom + 36}" text-anchor="middle" '
                  f'class="axis">{escape(axis)}</text>')  # fmt: skip
@@ -285,7 +282,6 @@ def _line(line: Line, sx: _Scale, sy: _Scale, color: str, fig: Figure) -> str:
     path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
     out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"{dash}/>')
     if not line.banded:
-        binary = fig.x_unit == "B"
         for j, (x, y) in enumerate(zip(line.x, line.y, strict=True)):
             if fig.x_log and x <= 0:
                 continue
@@ -294,7 +290,7 @@ def _line(line: Line, sx: _Scale, sy: _Scale, color: str, fig: Figure) -> str:
                 out.append(f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{sy(line.low[j]):.1f}" '
                            f'y2="{sy(line.high[j]):.1f}" stroke="{color}" stroke-width="1"/>')  # fmt: skip
             note = f" ({line.notes[j]})" if line.notes and line.notes[j] else ""
-            tip = f"{line.label}: {format_number(x, binary=binary)} → {fig.y_text(y)}{note}"
+            tip = f"{line.label}: {fig.x_text(x)} → {fig.y_text(y)}{note}"
             shape = "none" if line.dashed else color
             out.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" fill="{shape}" stroke="{color}">'
                        f"<title>{escape(tip)}</title></circle>")  # fmt: skip

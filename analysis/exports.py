@@ -17,19 +17,68 @@ from django.utils.http import content_disposition_header
 from django.utils.text import slugify
 
 from analysis import charts
+from common import numbers
 
 FORMATS = ("csv", "json", "svg")
+ROW_UNIT = "<row>"  # a column's values are in the unit the row's own "unit" column names
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A table cell as the page shows it: the readable text (common.numbers) and the exact value for its tooltip."""
+
+    text: str
+    exact: str = ""
+    numeric: bool = False
 
 
 @dataclass
 class Table:
+    """Rows of exact values (what the exports hold) and, per column, the unit they are in (``units``: a unit, or
+    ROW_UNIT for the row's "unit" column; a number in a column with none is a plain count). The page shows every
+    number through common.numbers in its unit, with the exact value on hover; columns in ``export_only`` (the
+    stored unit, once the numbers carry theirs) are left off the page."""
+
     slug: str
     title: str
     columns: list[str]
     rows: list[list[Any]] = field(default_factory=list)
+    units: dict[str, str] = field(default_factory=dict)
+    network: bool = False  # byte rates of a network transfer: shown in bits
+    export_only: tuple[str, ...] = ()
+    empty: str = ""  # why there are no rows, where the page knows better than "no succeeded runs"
 
     def records(self) -> list[dict[str, Any]]:
         return [dict(zip(self.columns, (_plain(v) for v in row), strict=True)) for row in self.rows]
+
+    @property
+    def shown_columns(self) -> list[str]:
+        return [c for c in self.columns if c not in self.export_only]
+
+    def display(self) -> list[list[Cell]]:
+        """The rows as the page shows them."""
+        shown = [i for i, c in enumerate(self.columns) if c not in self.export_only]
+        unit_at = self.columns.index("unit") if "unit" in self.columns else None
+        out = []
+        for row in self.rows:
+            cells = []
+            for i in shown:
+                unit = self.units.get(self.columns[i])
+                if unit == ROW_UNIT:
+                    unit = str(row[unit_at] or "") if unit_at is not None else ""
+                cells.append(_cell(row[i], unit, network=self.network))
+            out.append(cells)
+        return out
+
+
+def _cell(value: Any, unit: str | None, *, network: bool) -> Cell:
+    if value is None or value == "":
+        return Cell(numbers.DASH)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return Cell(str(value))
+    if unit is None:
+        return Cell(numbers.plain(value), numbers.raw(value), True)
+    return Cell(numbers.quantity(value, unit, network=network), numbers.raw(value, unit), True)
 
 
 def _plain(value: Any) -> Any:

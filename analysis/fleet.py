@@ -239,22 +239,6 @@ def _natural(name: str) -> tuple[Any, ...]:
     return (head, int(tail) if tail else -1, name)
 
 
-_SI = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
-_SCALABLE = {"bit/s": "bit/s", "B/s": "B/s", "bytes": "B", "B": "B", "bytes/s": "B/s"}
-
-
-def readable(value: float | None, unit: str = "") -> str:
-    """Three significant digits with an SI prefix for rates and sizes: 943 Mbit/s, 4.21 Gbit/s, 1.5 GB."""
-    if value is None or value != value:
-        return "—"
-    if unit in _SCALABLE:
-        for factor, prefix in _SI:
-            if abs(value) >= factor:
-                return f"{value / factor:.3g} {prefix}{_SCALABLE[unit]}"
-        return f"{value:.3g} {_SCALABLE[unit]}"
-    return f"{value:.3g}{' ' + unit if unit else ''}"
-
-
 def fleet_payload(view: FleetView) -> dict[str, Any]:
     """The fleet view for the API and the CI client: a verdict per node, outliers with their evidence."""
     outliers = {o.node: o for o in view.outliers}

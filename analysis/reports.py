@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analysis import calculations, charts, fleet, selectors
-from analysis.exports import Table
+from analysis.exports import ROW_UNIT, Table
 from campaigns import verdicts
 from campaigns.models import Campaign
+from common import numbers
 from inventory.models import StorageSystem
 
 # --- compare ------------------------------------------------------------------------------------------------------
@@ -130,14 +131,29 @@ def x_title(x: str) -> str:
     }.get(x, x)
 
 
-def x_axis(stats: list[selectors.PointStat], x: str, *, asked: bool) -> str:
-    """The x axis: as asked; by default the GPUs the runs used, else the inventory's GPUs of their nodes, else the
-    node count."""
-    if asked or x not in (selectors.X_RUN_GPUS, selectors.X_GPUS):
-        return x
-    if x == selectors.X_RUN_GPUS and any(s.used_gpus for s in stats):
-        return x
-    return selectors.X_GPUS if any(s.gpus for s in stats) else selectors.X_HOSTS
+MACHINE_X = (selectors.X_RUN_GPUS, selectors.X_GPUS, selectors.X_HOSTS)
+
+
+def scaling_stats(*, campaigns: list[Campaign], metric: str, where: dict[str, str]) -> list[selectors.PointStat]:
+    """The metric's statistics at the campaigns' points that pass the filter, read once per page."""
+    return [s for s in selectors.point_stats(campaign_ids=[c.pk for c in campaigns], metric=metric)
+            if all(str(s.params.get(k)) == v for k, v in where.items())]  # fmt: skip
+
+
+def x_axes(stats: list[selectors.PointStat], campaigns: list[Campaign]) -> list[str]:
+    """The x axes that have a value at one or more of these points: the GPUs the runs used, the GPUs of their nodes
+    (none on GPU-less nodes), their node count, the campaigns' matrix axes."""
+    axes = [*MACHINE_X, *sorted({a for c in campaigns for a, _ in c.matrix})]
+    return [x for x in dict.fromkeys(axes) if any(selectors.x_value(s, x) is not None for s in stats)]
+
+
+def default_x(stats: list[selectors.PointStat], axes: list[str]) -> str | None:
+    """The axis drawn by default: the first of the GPUs used, GPUs of the nodes, the node count and the matrix axes
+    along which the points take two or more values (one that scales); else the first with any value."""
+    for x in axes:
+        if len({selectors.x_value(s, x) for s in stats} - {None}) > 1:
+            return x
+    return axes[0] if axes else None
 
 
 def _one_gpu_bases(series: list[Series], statistic: str) -> dict[tuple[Any, ...], float]:
@@ -166,22 +182,19 @@ def _error_bars(
 def scaling_report(
     *,
     campaigns: list[Campaign],
+    stats: list[selectors.PointStat],
     metric: str,
     x: str,
-    where: dict[str, str],
-    x_asked: bool = True,
     statistic: str = "mean",
     reference: str = "smallest",
-) -> tuple[charts.Figure, Table, str]:
-    """The chart and table of the metric against x (and the x taken: see x_axis), from statistics read once; each
-    point by the statistic chosen (mean or median of its repetitions), the linear ideal from the reference chosen
-    (calculations.scaling)."""
-    stats = [s for s in selectors.point_stats(campaign_ids=[c.pk for c in campaigns], metric=metric)
-             if all(str(s.params.get(k)) == v for k, v in where.items())]  # fmt: skip
-    x = x_axis(stats, x, asked=x_asked)
+) -> tuple[charts.Figure, Table]:
+    """The chart and table of the metric's statistics (scaling_stats) against x; each point by the statistic chosen
+    (mean or median of its repetitions), the linear ideal from the reference chosen (calculations.scaling)."""
     unit = stats[0].unit if stats else ""
     columns = ["series", x_title(x), f"{metric} {statistic}", "stdev", "n", "linear", "efficiency %", "unit"]
-    table = Table("scaling", f"{metric} against {x_title(x)}", columns)
+    table = Table("scaling", f"{metric} against {x_title(x)}", columns, network=numbers.is_network(metric),
+                  units={columns[2]: ROW_UNIT, "stdev": ROW_UNIT, "linear": ROW_UNIT, "efficiency %": "%"},
+                  export_only=("unit",))  # fmt: skip
     lines: list[charts.Line] = []
     all_series = _split(stats, campaigns, x)
     bases = _one_gpu_bases(all_series, statistic) if reference == "one-gpu" else {}
@@ -204,7 +217,7 @@ def scaling_report(
             lines.append(charts.Line(f"{series.label} · linear", [s.x for s in scaled], [s.ideal for s in scaled],
                                      dashed=True, color_of=index))  # fmt: skip
     figure = charts.Figure(f"{metric} against {x_title(x)}", x_title(x), metric, lines, y_unit=unit)
-    return figure, table, x
+    return figure, table
 
 
 # --- sweeps -------------------------------------------------------------------------------------------------------
@@ -230,8 +243,10 @@ def sweep_report(
     positive = [v for v in xs if v > 0]
     wide = bool(positive) and max(positive) / min(positive) >= 100
     x_log = bool(positive) and (log == "on" or (log == "auto" and (wide or (is_size and len(set(positive)) > 2))))
+    units = {f"{metric} {statistic}": ROW_UNIT, "stdev": ROW_UNIT, **({x: "B"} if is_size else {})}
     columns = ["series", "host", x, f"{metric} {statistic}", "stdev", "n", "unit"]
-    table = Table("sweep", f"{metric} against {x}", columns)
+    table = Table("sweep", f"{metric} against {x}", columns, units=units, network=numbers.is_network(metric),
+                  export_only=("unit",))  # fmt: skip
     lines = []
     for s in series:
         values = [p.value(statistic) for p in s.points]
@@ -312,7 +327,7 @@ def _demand_source(demands: list[PointDemand], *, record: float | None, entered:
         why = f"the record size entered ({size})" if entered else f"the campaign's record size ({size})"
         where = "every point" if computed == len(demands) else f"{computed} point{'s' if computed > 1 else ''}"
         parts.append(f"Demand at {where} is computed: images/s × {why}.")
-    if own_gpus == len(demands):
+    if demands and own_gpus == len(demands):
         parts.append(f"MB/s per GPU divides by the runs' own GPU count (images/s ÷ {selectors.STORED_PER_GPU}).")
     elif own_gpus:
         parts.append(f"MB/s per GPU divides by the runs' own GPU count (images/s ÷ {selectors.STORED_PER_GPU}) at "
@@ -324,14 +339,18 @@ def _demand_source(demands: list[PointDemand], *, record: float | None, entered:
 
 
 def storage_report(
-    *, campaign: Campaign | None, metric: str | None, x: str, inputs: StorageInputs, x_asked: bool = True
+    *,
+    campaign: Campaign | None,
+    stats: list[selectors.PointStat],
+    metric: str | None,
+    x: str | None,
+    inputs: StorageInputs,
 ) -> StorageReport:
     """The campaign's demand against the storage's rated and measured throughput, and the sizing calculator (which
     also works with no campaign, from the numbers typed in). Every statistic is read once, whichever x it takes."""
     notes: list[str] = []
     ids = [campaign.pk] if campaign else []
-    stats = selectors.point_stats(campaign_ids=ids, metric=metric) if campaign and metric else []
-    x = x_axis(stats, x, asked=x_asked)
+    x = x or selectors.X_HOSTS
     own = bool(stats) and metric == selectors.THROUGHPUT  # only a training run stores figures beside it
     stored = selectors.point_means(campaign_ids=ids, metrics=selectors.STORED_METRICS) if own else {}
     record = inputs.record_size_bytes
@@ -349,7 +368,9 @@ def storage_report(
     rated = inputs.storage.rated_read_mbps if inputs.storage else None
     columns = ["series", x_title(x), f"{metric or 'metric'} mean", "demand MB/s", "GPUs per run", "MB/s per GPU",
                "% of rated", "% of measured", "demand from"]  # fmt: skip
-    table = Table("demand", "Storage throughput demanded", columns)
+    table = Table("demand", "Storage throughput demanded", columns,
+                  units={columns[2]: stats[0].unit if stats else "", "demand MB/s": "MB/s", "MB/s per GPU": "MB/s",
+                         "% of rated": "%", "% of measured": "%"})  # fmt: skip
     lines = []
     drawn: list[PointDemand] = []
     for series in _split(stats, [campaign] if campaign else [], x):
@@ -387,7 +408,9 @@ def storage_report(
     result = None
     sizing_table = Table("sizing", "Sizing", ["MB/s per GPU", "MB/s per storage node", "GPUs", "GPUs per storage node",
                                               "demand MB/s", "storage nodes (exact)", "storage nodes (minimum)",
-                                              "storage nodes (recommended)"])  # fmt: skip
+                                              "storage nodes (recommended)"],
+                         units=dict.fromkeys(("MB/s per GPU", "MB/s per storage node", "demand MB/s"),
+                                             "MB/s"))  # fmt: skip
     if per_gpu and per_node:
         try:
             result = calculations.sizing(per_gpu_mbps=per_gpu, per_node_mbps=per_node, gpus=gpus)
@@ -398,7 +421,8 @@ def storage_report(
                                       result.demand_mbps, result.nodes_exact, result.nodes_minimum,
                                       result.nodes_recommended])  # fmt: skip
     reference = Table("reference", "Seed 000 table 3 against this storage node",
-                      ["demand", "workload", "MB/s per GPU", "GPUs per storage node"])  # fmt: skip
+                      ["demand", "workload", "MB/s per GPU", "GPUs per storage node"],
+                      units={"MB/s per GPU": "MB/s"})  # fmt: skip
     if per_node:
         reference.rows = [[r["demand"], r["workload"], r["per_gpu_mbps"], r["gpus_per_node"]]
                           for r in calculations.reference_table(per_node)]  # fmt: skip
@@ -426,7 +450,7 @@ def fleet_rows(view: fleet.FleetView, *, page: int = 1) -> list[dict[str, Any]]:
                 cells.append(None)
                 continue
             ratio = cell.score.ratio
-            cells.append({"text": fleet.readable(cell.score.value, column.unit),
+            cells.append({"text": numbers.quantity(cell.score.value, column.unit),
                           "ratio": f"{ratio:.0%}" if ratio is not None else "—",
                           "score": f"{cell.score.score:+.1f}", "outlier": cell.score.outlier})  # fmt: skip
         rows.append({"node": node, "outlier": node in outliers, "cells": cells})
@@ -440,8 +464,8 @@ def fleet_findings(view: fleet.FleetView) -> list[tuple[str, list[str]]]:
         lines = []
         for c, cell in outlier.evidence:
             s = cell.score
-            lines.append(f"{c.title}: {fleet.readable(s.value, c.unit)}, {s.ratio or 0:.0%} of the fleet's "
-                         f"{fleet.readable(s.median, c.unit)} (score {s.score:+.1f}; median of {len(cell.samples)} "
+            lines.append(f"{c.title}: {numbers.quantity(s.value, c.unit)}, {s.ratio or 0:.0%} of the fleet's "
+                         f"{numbers.quantity(s.median, c.unit)} (score {s.score:+.1f}; median of {len(cell.samples)} "
                          f"sample{'s' if len(cell.samples) != 1 else ''})")  # fmt: skip
         found.append((outlier.node, lines))
     return found
@@ -473,17 +497,20 @@ def link_grid(matrix: fleet.LinkMatrix) -> list[dict[str, Any]]:
             value, share = matrix.value(sender, receiver), matrix.relative(sender, receiver)
             shade = "self" if sender == receiver else "none" if share is None else (
                 "bad" if share < 0.5 else "low" if share < 0.8 else "ok")  # fmt: skip
-            cells.append({"receiver": receiver, "text": fleet.readable(value, matrix.unit) if value is not None else "",
+            text = numbers.quantity(value, matrix.unit) if value is not None else ""
+            cells.append({"receiver": receiver, "text": text,
                           "shade": shade, "share": f"{share:.0%}" if share is not None else ""})  # fmt: skip
         rows.append({"sender": sender, "outlier": sender in matrix.outliers, "cells": cells})
     return rows
 
 
 def link_tables(matrix: fleet.LinkMatrix) -> list[Table]:
-    grid = Table("matrix", f"Sender x receiver ({matrix.unit})", ["sender", *matrix.nodes])
+    grid = Table("matrix", f"Sender x receiver ({matrix.unit})", ["sender", *matrix.nodes],
+                 units=dict.fromkeys(matrix.nodes, matrix.unit))  # fmt: skip
     for sender in matrix.nodes:
         grid.rows.append([sender, *(matrix.value(sender, receiver) for receiver in matrix.nodes)])
-    nodes = Table("nodes", "Nodes against the fleet", ["node", "median_flow", "fleet_median", "score", "outlier"])
+    nodes = Table("nodes", "Nodes against the fleet", ["node", "median_flow", "fleet_median", "score", "outlier"],
+                  units={"median_flow": matrix.unit, "fleet_median": matrix.unit})  # fmt: skip
     for node in matrix.nodes:
         s = matrix.node_scores[node]
         nodes.rows.append([node, s.value, s.median, round(s.score, 3), s.outlier])
@@ -495,18 +522,19 @@ def link_findings(matrix: fleet.LinkMatrix) -> list[str]:
     found = []
     for node in matrix.outliers:
         s = matrix.node_scores[node]
-        value, median = fleet.readable(s.value, matrix.unit), fleet.readable(s.median, matrix.unit)
+        value, median = numbers.quantity(s.value, matrix.unit), numbers.quantity(s.median, matrix.unit)
         found.append(f"Bad node {node}: its flows' median is {value}, {s.ratio or 0:.0%} of the fleet's {median} "
                      f"(score {s.score:+.1f})")  # fmt: skip
     for sender, receiver, s in matrix.bad_links:
-        found.append(f"Bad link {sender} → {receiver}: {fleet.readable(s.value, matrix.unit)}, "
+        found.append(f"Bad link {sender} → {receiver}: {numbers.quantity(s.value, matrix.unit)}, "
                      f"{s.ratio or 0:.0%} of the median flow (score {s.score:+.1f})")  # fmt: skip
     return found
 
 
 def history_table(node: str, metric: str, history: list[dict[str, Any]]) -> Table:
     columns = ["campaign", "created", "node_value", "fleet_median", "ratio", "score", "outlier", "nodes"]
-    table = Table("history", f"{node}: {metric} in its last {len(history)} campaigns, beside its peers", columns)
+    table = Table("history", f"{node}: {metric} in its last {len(history)} campaigns, beside its peers", columns,
+                  empty="No per-node results of this node yet.")  # fmt: skip
     for row in history:
         s = row["score"]
         table.rows.append([row["name"], row["created_at"].date().isoformat(), s.value, s.median,

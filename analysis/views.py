@@ -55,18 +55,40 @@ def _picked(request: HttpRequest, errors: list[str], key: str = "campaign") -> l
     return selectors.campaigns_by_id(request=request, ids=ids)
 
 
-def _scaling_x(request: HttpRequest, campaigns: list[Campaign], errors: list[str]) -> tuple[list[str], str]:
-    """The x axes a scaling chart offers (the runs' GPUs, their node count, the campaigns' matrix axes) and the one
-    asked for, GPUs by default."""
-    axes = sorted({a for c in campaigns for a, _ in c.matrix})
-    choices = list(dict.fromkeys([selectors.X_RUN_GPUS, selectors.X_GPUS, selectors.X_HOSTS, *axes]))
-    return choices, _choice(request.GET, "x", choices, (), errors, "x axis") or selectors.X_RUN_GPUS
+def _scaling_x(request: HttpRequest, stats: list[selectors.PointStat], campaigns: list[Campaign],
+               context: dict[str, Any]) -> tuple[list[str], str | None]:  # fmt: skip
+    """The x axes the points have values along (no GPUs on GPU-less nodes) and the one drawn: the one asked for
+    where the points have values along it, else the default (reports.default_x), saying so."""
+    axes = reports.x_axes(stats, campaigns)
+    asked = request.GET.get("x", "").strip()
+    if asked in axes:
+        return axes, asked
+    chosen = reports.default_x(stats, axes)
+    known = [*reports.MACHINE_X, *(a for c in campaigns for a, _ in c.matrix)]
+    if asked and asked not in known:
+        context["errors"].append(f"x axis {asked!r} is not one of: {', '.join(axes) or 'none yet'}")
+    elif asked and chosen and not _is_htmx(request):
+        context["notes"].append(f"No point of the chosen campaigns has a value for {reports.x_title(asked)}: "
+                                f"drawn against {reports.x_title(chosen)}.")  # fmt: skip
+    return axes, chosen
+
+
+def _is_htmx(request: HttpRequest) -> bool:
+    return bool(request.headers.get("HX-Request"))
 
 
 def _base(request: HttpRequest, campaigns: list[Campaign], errors: list[str]) -> dict[str, Any]:
     selected = [c.pk for c in campaigns]
-    return {"errors": errors, "campaigns": campaigns, "selected": selected,
+    return {"errors": errors, "notes": [], "campaigns": campaigns, "selected": selected,
             "choices": selectors.campaign_choices(request=request, selected=selected)}  # fmt: skip
+
+
+def _empty_text(stats: list[selectors.PointStat], metric: str | None, x: str | None) -> str:
+    """Why a table has no rows, in the terms of what was found: never "no succeeded runs" when there are some."""
+    if not stats:
+        return f"No succeeded run of the chosen campaigns has reported {metric or 'a metric'} yet."
+    axis = reports.x_title(x or "")
+    return f"None of the {len(stats)} points with {metric} has a value for {axis}: pick another axis."
 
 
 @login_required
@@ -105,19 +127,23 @@ def scaling(request: HttpRequest) -> HttpResponse:
     context = _base(request, campaigns, errors)
     metrics = selectors.metric_names(campaign_ids=context["selected"])
     metric = _choice(request.GET, "metric", metrics, SCALING_METRICS, errors, "metric")
-    x_choices, x = _scaling_x(request, campaigns, errors)
     where = forms.where(request.GET, errors)
     own = campaigns[0].statistic if campaigns else "mean"  # the first campaign's, unless the view overrides it
     statistic = _choice(request.GET, "stat", selectors.STATISTICS, (own,), errors, "statistic") or own
+    stats = reports.scaling_stats(campaigns=campaigns, metric=metric, where=where) if campaigns and metric else []
+    x_choices, x = _scaling_x(request, stats, campaigns, context)
     reference = _choice(request.GET, "reference", calculations.REFERENCES, ("smallest",), errors, "reference")
     context.update(metrics=metrics, metric=metric, x_choices=x_choices, x=x, where=where, stat=statistic,
                    stat_own=own, reference=reference or "smallest", statistics=selectors.STATISTICS,
                    references=calculations.REFERENCES)  # fmt: skip
+    if _is_htmx(request):  # campaigns ticked: their metrics and axes
+        return render(request, "analysis/_scaling_options.html", context)
     figure, tables = None, []
     if campaigns and metric:
-        figure, table, context["x"] = reports.scaling_report(campaigns=campaigns, metric=metric, x=x, where=where,
-                                                             x_asked="x" in request.GET, statistic=statistic,
-                                                             reference=reference or "smallest")  # fmt: skip
+        figure, table = reports.scaling_report(campaigns=campaigns, stats=stats, metric=metric,
+                                               x=x or selectors.X_HOSTS, statistic=statistic,
+                                               reference=reference or "smallest")  # fmt: skip
+        table.empty = _empty_text(stats, metric, x)
         tables.append(table)
     return _render(request, "analysis/scaling.html", context, name="scaling", tables=tables, figure=figure)
 
@@ -141,10 +167,15 @@ def sweep(request: HttpRequest) -> HttpResponse:
     context.update(metrics=metrics, metric=metric, x_choices=x_choices, x=x, hosts=hosts, host_choices=HOSTS,
                    log=log, log_choices=LOG, where=where, stat=statistic, stat_own=own,
                    statistics=selectors.STATISTICS)  # fmt: skip
+    if _is_htmx(request):  # campaigns ticked: their metrics and axes
+        return render(request, "analysis/_sweep_options.html", context)
     figure, tables = None, []
     if campaigns and metric and x:
         figure, table = reports.sweep_report(campaigns=campaigns, metric=metric, x=x, hosts=hosts, log=log,
                                              where=where, statistic=statistic)  # fmt: skip
+        table.empty = (
+            f"No point of the chosen campaigns has both {metric} and a numeric {x}: pick another metric or axis."
+        )
         tables.append(table)
     return _render(request, "analysis/sweep.html", context, name="sweep", tables=tables, figure=figure)
 
@@ -165,7 +196,8 @@ def storage(request: HttpRequest) -> HttpResponse:
     campaign = campaigns[0] if campaigns else None
     metrics = selectors.metric_names(campaign_ids=context["selected"])
     metric = _choice(request.GET, "metric", metrics, ("images_per_sec",), errors, "metric")
-    x_choices, x = _scaling_x(request, campaigns, errors)
+    stats = reports.scaling_stats(campaigns=campaigns, metric=metric, where={}) if campaign and metric else []
+    x_choices, x = _scaling_x(request, stats, campaigns, context)
     record = forms.positive_number(request.GET, "record_size", "the mean record size", errors)
     inputs = reports.StorageInputs(
         record_size_bytes=record or (selectors.record_size_default(campaign) if campaign else None),
@@ -176,8 +208,11 @@ def storage(request: HttpRequest) -> HttpResponse:
         per_node_mbps=forms.positive_number(request.GET, "per_node", "MB/s per storage node", errors),
         gpus=forms.whole_number(request.GET, "gpus", "the number of GPUs", errors, low=1, high=1_000_000),
     )
-    report = reports.storage_report(campaign=campaign, metric=metric, x=x, inputs=inputs, x_asked="x" in request.GET)
+    report = reports.storage_report(campaign=campaign, stats=stats, metric=metric, x=x, inputs=inputs)
+    report.demand.empty = _empty_text(stats, metric, x)
     context.update(metrics=metrics, metric=metric, x=report.x, x_choices=x_choices, inputs=inputs, report=report)
+    if _is_htmx(request):  # a campaign picked: its metrics and axes
+        return render(request, "analysis/_storage_options.html", context)
     tables = (
         [report.demand, report.sizing_table, report.reference] if campaign else [report.sizing_table, report.reference]
     )

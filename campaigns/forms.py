@@ -23,7 +23,8 @@ from django.db.models import QuerySet
 from accounts.models import Team
 from campaigns import services
 from campaigns.models import Campaign
-from campaigns.spec import NAME_RE, SpecError, load_yaml
+from campaigns.spec import SpecError, load_yaml
+from common.names import name_problem
 from inventory.models import Node, NodeStatus, StorageSystem
 
 KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
@@ -189,8 +190,9 @@ class CampaignForm(forms.Form):
 
     def clean_name(self) -> str:
         name = self.cleaned_data["name"].strip()
-        if not NAME_RE.match(name):  # checked here too, so it shows along with the form's other errors
-            raise forms.ValidationError("letters, digits, '.', '_' or '-', up to 100 characters")
+        problem = name_problem(name)  # checked here too, so it shows along with the form's other errors
+        if problem:
+            raise forms.ValidationError(problem)
         return name
 
     def clean(self) -> dict[str, Any]:

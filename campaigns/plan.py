@@ -10,6 +10,8 @@ import shlex
 from dataclasses import replace
 from typing import Any
 
+from django.conf import settings
+
 from campaigns.models import Run
 from campaigns.planning import benchmark_params, run_env
 from common.errors import FieldError
@@ -20,6 +22,13 @@ from plugins.launchers import slurm
 from plugins.mounts import MountPlan, plan_mounts
 
 SERVICE_DIR = "service"
+
+
+def remote_root(home: str) -> str:
+    """rackbench's directory on a node whose login directory is ``home``: RACKBENCH_REMOTE_ROOT, under that home
+    unless it is absolute. Runs (runners.remote.remote_root) and previews both take it from here."""
+    root = settings.RACKBENCH["REMOTE_ROOT"]
+    return root if root.startswith("/") else f"{home.rstrip('/')}/{root}"
 
 
 def run_dir_name(run: Run) -> str:

@@ -14,14 +14,15 @@ from django.db.models import Avg, Count, F, Min, Prefetch, Q, QuerySet
 
 from campaigns import planning
 from campaigns.models import RUN_TERMINAL, Campaign, Result, Run, RunStatus
-from campaigns.plan import build_commands, build_layout, display_command, host_context, run_host_infos
+from campaigns.plan import build_commands, build_layout, display_command, host_context, remote_root, run_host_infos
 from campaigns.verdicts import sample_stdev
 from common import numbers
 from plugins.benchmarks.base import ParamError, get_benchmark
 
 
 def preview_home(node: Any) -> str:
-    """The node's home directory as its facts know it; else the usual one, until a worker reaches the host."""
+    """The node's home directory as a worker last found it (runners record it at every run) or as its facts say;
+    else the usual one, until either has reached the host."""
     user = node.login_user
     return node.facts.get("home") or ("/root" if user == "root" else f"/home/{user}")
 
@@ -118,7 +119,7 @@ def _point_commands(
     infos = run_host_infos(placeholder, run_nodes)
     hosts = []
     for i, node in enumerate(run_nodes):
-        root = f"{preview_home(node)}/.rackbench"
+        root = remote_root(preview_home(node))  # the runs' root: runners.remote.remote_root
         ctx = host_context(placeholder, node_name=node.name, index=i, root=root, hosts=infos, dir_name="run-ID")
         main, service = build_commands(placeholder, benchmark, ctx)
         layout = build_layout(placeholder, benchmark, ctx)
@@ -178,6 +179,8 @@ def campaign_preview(*, campaign: Campaign, max_points: int = 50, nodes: list[An
         "nodes": [n.name for n in nodes],
         "flush": {"clients": campaign.flush_clients, "storage": campaign.flush_storage},
         "uses_mpi": benchmark.uses_mpi,
+        "kind": campaign.kind,
+        "fixed": dict(campaign.fixed),
         "shown": points,
     }
 
@@ -463,10 +466,7 @@ def spec_preview(*, data: dict[str, Any], team: Any, owner: Any = None, max_poin
     from campaigns.services import campaign_definition_check
 
     checked = campaign_definition_check(data=data, team=team, owner=owner)
-    preview = campaign_preview(campaign=checked.campaign, max_points=max_points, nodes=checked.targets)
-    preview["kind"] = checked.campaign.kind
-    preview["fixed"] = dict(checked.campaign.fixed)
-    return preview
+    return campaign_preview(campaign=checked.campaign, max_points=max_points, nodes=checked.targets)
 
 
 def unused_name(base: str, team: Any = None) -> str:

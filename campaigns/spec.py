@@ -42,7 +42,7 @@ import yaml
 
 from common.addresses import url_refusal
 from common.errors import FieldError
-from common.names import NAME_RE  # one rule for every name that becomes a path
+from common.names import name_problem  # one rule for every name that becomes a path
 from plugins.benchmarks.base import ParamError, get_benchmark
 from plugins.launchers.slurm import validate_launcher
 from plugins.telemetry import validate_telemetry
@@ -132,8 +132,9 @@ def validate(data: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise SpecError(unknown[0], f"unknown field (known fields: {', '.join(sorted(TOP_LEVEL))})")
     name = data.get("name")
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        raise SpecError("name", "required: letters, digits, '.', '_' or '-', up to 100 characters")
+    problem = name_problem(name)
+    if problem:
+        raise SpecError("name", problem)
     kind = data.get("kind", "fio")
     try:
         benchmark = get_benchmark(kind)
@@ -189,9 +190,10 @@ def validate(data: dict[str, Any]) -> dict[str, Any]:
 def _family(value: Any) -> str:
     if value in (None, ""):
         return ""
-    if not isinstance(value, str) or not NAME_RE.match(value):
-        raise SpecError("family", "letters, digits, '.', '_' or '-', up to 100 characters")
-    return value
+    problem = name_problem(value)
+    if problem:
+        raise SpecError("family", problem)
+    return str(value)
 
 
 def _statistic(value: Any) -> str:

@@ -234,8 +234,25 @@ def axis(values: list[float] | tuple[float, ...], unit: str, *, network: bool = 
 
 
 def tick(value: float, divisor: float) -> str:
-    """An axis tick scaled by ``axis``'s divisor: 3 significant digits, no exponent."""
-    return significant(value / divisor) if value else "0"
+    """An axis tick scaled by ``axis``'s divisor: at most 3 significant digits, no exponent, no trailing zeros
+    (ticks are round numbers: "0.5", "1", "1.5")."""
+    return _trimmed(significant(value / divisor)) if value else "0"
+
+
+def tick_text(value: float, unit: str = "") -> str:
+    """An axis tick that carries its own unit (an x axis of counts or byte sizes): "16", "1.5k", "64 KiB"."""
+    text, shown = split(value, unit)
+    text = _trimmed(text)
+    return f"{text} {shown}" if shown else text
+
+
+def _trimmed(text: str) -> str:
+    """ "2.50" -> "2.5", "1.00k" -> "1k": the zeros a round tick value does not need."""
+    match = re.match(r"^(-?[\d,]+)(?:\.(\d*))?(\D*)$", text)
+    if not match:
+        return text
+    decimals = (match.group(2) or "").rstrip("0")
+    return match.group(1) + (f".{decimals}" if decimals else "") + match.group(3)
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECASE)

@@ -3,6 +3,8 @@ lines where the output is not a terminal (a CI log): the same facts, one line ea
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 WIDTH = 30
 
 
@@ -33,3 +35,37 @@ def line(done: int, total: int, *, what: str = "runs", eta_s: float | None = Non
     share = done / total if total else 1.0
     eta = "" if done >= total else f", {eta_text(eta_s)}"
     return f"{done}/{total} {what} done ({share:.0%}){eta}" + (f"; {detail}" if detail else "")
+
+
+def rate_eta(elapsed_s: float, done: int, total: int) -> float | None:
+    """Seconds left at the pace so far (the same time per item); None before the first item is done."""
+    if done <= 0:
+        return None
+    return elapsed_s / done * max(total - done, 0)
+
+
+class Printer:
+    """Progress written as it changes, through ``write`` (text as it is, no newline added): on a terminal the bar
+    redrawn in place, elsewhere a plain line each time it reads differently, at most one per ``step`` items done
+    (and always the last), so a log of 256 nodes gets a few lines, not 256."""
+
+    def __init__(self, write: Callable[[str], None], *, tty: bool, what: str = "runs", step: int = 1) -> None:
+        self.write, self.tty, self.what, self.step = write, tty, what, max(step, 1)
+        self.last_text: str | None = None
+        self.last_done: int | None = None
+
+    def show(self, done: int, total: int, *, eta_s: float | None = None, status: str = "", detail: str = "") -> None:
+        if self.tty:
+            self.write(f"\r{bar(done, total, what=self.what, eta_s=eta_s)}{'  ' + status if status else ''}\x1b[K")
+            return
+        if self.last_done is not None and done < total and 0 < done - self.last_done < self.step:
+            return
+        text = (f"{status}: " if status else "") + line(done, total, what=self.what, eta_s=eta_s, detail=detail)
+        if text != self.last_text:
+            self.write(text + "\n")
+            self.last_text, self.last_done = text, done
+
+    def end(self) -> None:
+        """Leave the terminal's bar on its own line."""
+        if self.tty:
+            self.write("\n")

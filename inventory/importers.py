@@ -21,7 +21,7 @@ from typing import Any, Literal
 import yaml
 from django.db import transaction
 
-from common.names import NAME_RE, NAME_RULE
+from common.names import NAME_RE, name_problem
 from inventory import services
 from inventory.models import Credential, Node, NodeRole, NodeStatus, Site
 
@@ -189,7 +189,7 @@ def _check_row(row: _Row, credentials: set[str]) -> list[str]:
             else:
                 row.fields[key] = text
     if row.fields.get("name") and not NAME_RE.match(row.fields["name"]):
-        errors.append(f"name {row.fields['name']!r}: {NAME_RULE}")
+        errors.append(f"name {row.fields['name']!r}: {name_problem(row.fields['name'])}")
     if "ssh_port" in values:
         port = _count(values["ssh_port"])
         if port is None or not 1 <= port <= 65535:

@@ -140,7 +140,11 @@ def node_collect_facts(*, node_ids: Iterable[int]) -> None:
 
 
 def node_store_facts(*, node: Node, facts: dict[str, Any]) -> Node:
-    """Store discovered facts and fill the inventory fields that are still empty."""
+    """Store discovered facts and fill the inventory fields that are still empty. A container runtime that earlier
+    facts filled in (a docker binary was found) and that does not answer now (no daemon) is taken back."""
+    earlier = node.facts.get("container_runtimes") or []
+    if node.container_runtime in earlier and node.container_runtime in facts.get("container_runtimes_silent", []):
+        node.container_runtime = ""
     node.facts = facts
     node.facts_collected_at = timezone.now()
     found = {**facts, "container_runtime": (facts.get("container_runtimes") or [None])[0]}
@@ -150,6 +154,15 @@ def node_store_facts(*, node: Node, facts: dict[str, Any]) -> Node:
             setattr(node, field, value)
     node.save()
     return node
+
+
+def node_note_home(*, node: Node, home: str) -> None:
+    """Remember the login directory a worker found on the node (facts["home"]), so that a campaign's preview shows
+    the very paths its runs use. Writes only when it changed."""
+    if node.facts.get("home") == home:
+        return
+    node.facts = {**node.facts, "home": home}
+    Node.objects.filter(pk=node.pk).update(facts=node.facts)
 
 
 def credential_key_check(*, private_key: str) -> None:

@@ -203,6 +203,17 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # System fonts: ReDoc's own (Montserrat, Roboto) would come from Google Fonts, and nothing here is loaded from the
+    # internet (templates/drf_spectacular/redoc.html drops the links).
+    "REDOC_UI_SETTINGS": {
+        "theme": {
+            "typography": {
+                "fontFamily": "system-ui, -apple-system, 'Segoe UI', sans-serif",
+                "headings": {"fontFamily": "system-ui, -apple-system, 'Segoe UI', sans-serif"},
+                "code": {"fontFamily": "ui-monospace, 'DejaVu Sans Mono', monospace"},
+            }
+        }
+    },
     "COMPONENT_SPLIT_REQUEST": True,
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "api.schema.add_error_responses"],
     # Two choice sets share the field name "kind": name each, or the schema gets a hashed name and a warning.

@@ -34,6 +34,8 @@ MOUNT_TYPES = (
 )
 MOUNT_FILTER = f"$3 ~ /^({MOUNT_TYPES})$/"  # awk program: /proc/mounts lines of storage file systems
 RUNTIMES = ("docker", "podman", "enroot", "apptainer", "singularity")  # preference order
+# After a runtime whose binary is there but which does not answer (``docker info`` fails: no daemon, no access).
+SILENT = ": installed, but it does not answer"
 SCRIPT_TIMEOUT = 90.0
 
 # Every probe is bounded (timeout(1) where available): a wedged GPU driver can make nvidia-smi hang.
@@ -43,6 +45,7 @@ T=""; command -v timeout >/dev/null 2>&1 && T="timeout 30"
 section() {{ printf '\\n{MARKER}%s@@\\n' "$1"; }}
 section hostname; hostname 2>/dev/null || cat /proc/sys/kernel/hostname
 section kernel; uname -r
+section home; pwd -P
 section lscpu; $T lscpu -J 2>/dev/null || $T lscpu 2>/dev/null
 section meminfo; grep '^MemTotal:' /proc/meminfo
 section nvidia-smi
@@ -56,7 +59,13 @@ section ibv-devinfo
 if command -v ibv_devinfo >/dev/null 2>&1; then $T ibv_devinfo 2>&1; fi
 section mounts; awk {shlex.quote(MOUNT_FILTER)} /proc/mounts
 section container-runtimes
-for rt in {" ".join(RUNTIMES)}; do command -v "$rt" >/dev/null 2>&1 && echo "$rt"; done
+for rt in {" ".join(RUNTIMES)}; do
+  command -v "$rt" >/dev/null 2>&1 || continue
+  case "$rt" in
+    docker|podman) $T "$rt" info >/dev/null 2>&1 && echo "$rt" || echo "$rt{SILENT}";;
+    *) echo "$rt";;
+  esac
+done
 section end
 """
 
@@ -115,6 +124,7 @@ def parse_facts(output: str) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "hostname": sections.get("hostname", "").strip(),
         "kernel": sections.get("kernel", "").strip(),
+        "home": sections.get("home", "").strip(),  # the login directory: where runs put rackbench's directory
         "cpu_model": cpu.get("model", ""),
         "cpu_cores": cpu.get("cores"),
         "cpu_threads": cpu.get("threads"),
@@ -125,6 +135,7 @@ def parse_facts(output: str) -> dict[str, Any]:
         "ib_devices": parsed("ibv-devinfo", parse_ibv_devinfo, []),
         "mounts": parsed("mounts", parse_mounts, []),
         "container_runtimes": parse_runtimes(sections.get("container-runtimes", "")),
+        "container_runtimes_silent": parse_runtimes(sections.get("container-runtimes", ""), silent=True),
         "errors": errors,
     }
     return facts
@@ -316,9 +327,11 @@ def _unescape_mount(field: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
-def parse_runtimes(text: str) -> list[str]:
+def parse_runtimes(text: str, *, silent: bool = False) -> list[str]:
+    """The runtimes that answer (a daemon runtime only when ``docker info``/``podman info`` works; a binary alone
+    makes no runtime), or with ``silent`` those installed that do not answer."""
     found = {line.strip() for line in text.splitlines()}
-    return [runtime for runtime in RUNTIMES if runtime in found]
+    return [runtime for runtime in RUNTIMES if (runtime + SILENT if silent else runtime) in found]
 
 
 # --- helpers ----------------------------------------------------------------------------------

@@ -10,9 +10,11 @@ from campaigns.plan import (
     build_commands,
     build_layout,
     host_context,
+    remote_root,
     run_host_infos,
 )
 from inventory.models import Node
+from inventory.services import node_note_home
 from plugins.benchmarks.base import (
     Benchmark,
     HostCommand,
@@ -65,11 +67,14 @@ def main_targets(run: Run, targets: list[RunTarget] | None = None) -> list[RunTa
 def host_jobs(run: Run, benchmark: Benchmark) -> list[HostJob]:
     """Targets, contexts and commands for every host of the run (asks each host for its home directory once)."""
     hosts = run_targets(run)
-    roots = remote.fan_out([h.target for h in hosts], remote.remote_root)
-    ssh.raise_first(roots)
+    homes = remote.fan_out([h.target for h in hosts], lambda target: target.home())
+    ssh.raise_first(homes)
     infos = run_host_infos(run, [h.row.node for h in hosts])
     jobs = []
-    for i, (host, root) in enumerate(zip(hosts, roots, strict=True)):
+    for i, (host, home) in enumerate(zip(hosts, homes, strict=True)):
+        if host.row.node is not None:  # run_targets keeps only hosts with a node
+            node_note_home(node=host.row.node, home=home)  # so that the next preview shows the paths runs use
+        root = remote_root(home)
         context = host_context(run, node_name=host.row.host, index=i, root=root, hosts=infos)
         main, service = build_commands(run, benchmark, context)
         layout = build_layout(run, benchmark, context)

@@ -51,7 +51,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,8 +174,10 @@ def lab_up(
     port: int | None = None,
     lab_dir: Path | None = None,
     network: str | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> list[LabNode]:
     """Make sure lab1..labN run; running nodes are left alone. Returns those N nodes, all listening.
+    ``on_progress(done, total)`` hears of each node once it runs (``lab up``'s progress bar).
 
     ``network``/``port`` default to the lab's current ones, else loopback and 2222; ``base_address`` to the lab's,
     else 127.0.1.0 (loopback) or the port's subnet of 198.18.0.0/15 (netns, see :func:`netns_subnet`). Nodes never
@@ -201,6 +203,8 @@ def lab_up(
             if endpoints.network == NETNS:
                 _ensure_namespace(endpoints, index)
             _ensure_node(root, index, endpoints, account)
+            if on_progress:
+                on_progress(index, nodes)
         started = [_node(root, index, endpoints) for index in range(1, nodes + 1)]
         if os.geteuid() == 0:
             _ensure_node_to_node_ssh(account, started)

@@ -28,6 +28,7 @@ import paramiko
 from django import db
 from django.conf import settings
 
+from campaigns import plan
 from inventory.crypto import decrypt
 from inventory.models import Credential, HostKey, Node, StorageSystem
 from inventory.services import hostkey_pin
@@ -148,8 +149,7 @@ def storage_target(storage: StorageSystem) -> Target:
 
 
 def remote_root(target: Target) -> str:
-    root = settings.RACKBENCH["REMOTE_ROOT"]
-    return root if root.startswith("/") else f"{target.home().rstrip('/')}/{root}"
+    return plan.remote_root(target.home())
 
 
 # --- detached jobs ------------------------------------------------------------------------------

@@ -116,6 +116,8 @@ def schedule_delete(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def timeline(request: HttpRequest) -> HttpResponse:
     rows = selectors.timeline(scope=scope_for(request))
-    ticks = [{"x": h * selectors.TIMELINE_WIDTH / 24, "h": h} for h in range(0, 25, 6)]
+    # each tick's label under it: the first starts at its tick, the last ends at its, the others centred on theirs
+    ticks = [{"x": h * selectors.TIMELINE_WIDTH / 24, "h": h, "label": f"+{h} h" if h else "now",
+              "anchor": "start" if h == 0 else "end" if h == 24 else "middle"} for h in range(0, 25, 6)]  # fmt: skip
     return _page(request, "scheduling/timeline.html", {"rows": rows, "width": selectors.TIMELINE_WIDTH,
                                                        "ticks": ticks})  # fmt: skip

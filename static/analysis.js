@@ -105,15 +105,19 @@
       if (s.dashed) return;
       data[i + 1].forEach(function (v) { if (v != null && v > solidMax) solidMax = v; });
     });
-    var series = [{ label: spec.x_label, value: function (u, v) { return fmt(v, binary); } }], bars = [], bands = [];
+    var xText = {};  // the server's own texts (common.numbers) for hover values, by x and by point
+    spec.data[0].forEach(function (x, i) { if (spec.x_text) xText[x] = spec.x_text[i]; });
+    var series = [{ label: spec.x_label, value: function (u, v) { return v in xText ? xText[v] : fmt(v, binary); } }],
+      bars = [], bands = [];
     spec.series.forEach(function (s, i) {
-      var low = s.low ? kept(s.low) : null, high = s.high ? kept(s.high) : null;
+      var low = s.low ? kept(s.low) : null, high = s.high ? kept(s.high) : null, text = s.text ? kept(s.text) : null;
       series.push({
         label: s.label, stroke: s.color, width: 2, dash: s.dashed ? [6, 4] : undefined, spanGaps: true,
         points: { show: !s.dashed && !s.band },
         value: function (u, v, si, di) {  // a point's spread after its mean, as in the SVG's error bar
           var spread = !s.band && low && di != null && low[di] != null && high[di] > low[di];
-          return fy(v) + (spread ? " (" + fy(low[di]) + "–" + fy(high[di]) + ")" : "");
+          var shown = text && di != null && text[di] != null ? text[di] : fy(v);
+          return shown + (spread ? " (" + fy(low[di]) + "–" + fy(high[di]) + ")" : "");
         }
       });
       if (low && high && !s.band) bars.push({ index: i + 1, color: s.color, low: low, high: high });
@@ -136,7 +140,8 @@
         y: { range: function (u, min, max) { return yRange(u, min, max, refs, bars, solidMax); } }
       },
       axes: [
-        { label: spec.x_label + (spec.x_log ? " (log scale)" : ""), values: function (u, v) { return v.map(function (x) { return fmt(x, binary); }); } },
+        { label: spec.x_label + (spec.x_log ? " (log scale)" : ""), values: function (u, v) { return v.map(function (x) { return fmt(x, binary); }); },
+          incrs: spec.x_integer && !spec.x_log ? [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000] : undefined },
         { label: spec.y_label, size: 70, values: function (u, v) { return v.map(function (y) { return fy(y); }); } }
       ],
       bands: bands,

@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import math
+import re
 import xml.etree.ElementTree as ET
 from itertools import count
 from typing import Any
@@ -328,10 +329,13 @@ def test_it_scales_against_a_matrix_axis_and_filters_points(owner: Any, team: An
     assert 'name="where" value="model=vgg16"' in page and 'name="where" value="gpus=8"' in page
     again = client.get(f"/analysis/scaling/?campaign={c.pk}&x=gpus&where=model=vgg16&where=gpus=8&where=&format=json")
     assert [(r["series"], r["gpus"]) for r in json.loads(again.content)["rows"]] == [("roce-vs-tcp · model=vgg16", 8)]
+    # an axis with no value at any point is not offered; asked for, the default is drawn and the page says so
     page = client.get(f"/analysis/scaling/?campaign={c.pk}&x=model").content.decode()
-    assert "Nothing to draw" in page  # model names are not numbers
+    assert "No point of the chosen campaigns has a value for model: drawn against gpus." in page  # not numbers
+    assert 'value="model"' not in page and "Nothing to draw" not in page
     page = client.get(f"/analysis/scaling/?campaign={c.pk}&x=node-gpus").content.decode()
-    assert "Nothing to draw" in page  # these runs recorded no hosts, so no GPUs of the inventory
+    # these runs recorded no hosts, so no GPUs of the inventory
+    assert "has a value for GPUs of the nodes: drawn against gpus." in page and "no succeeded run" not in page
 
 
 # Seed 004 figure 4: "scaling efficiency ... compared to linear scaling of one GPU", the median of 3 runs after steady
@@ -443,7 +447,7 @@ def test_it_draws_the_demand_against_rated_and_measured_throughput_and_sizes_fro
     assert sizing["MB/s per GPU"] == pytest.approx(13200 * 0.115 / 16)  # the highest per-GPU demand: at 16 GPUs
 
     typed = client.get(url + "&per_gpu=100&per_node=3096.5&gpus=48").content.decode()
-    assert "One storage node feeds 30 GPUs" in typed and "48 / 30 = 1.60 storage nodes" in typed
+    assert "One storage node feeds 30 GPUs" in typed and "48 / 30 = 1.600 storage nodes" in typed
     assert "at least <strong>2</strong>; <strong>4</strong> recommended" in typed
     rows = list(csv.DictReader(io.StringIO(client.get(url + "&per_node=3593.75&format=csv&table=reference")
                                            .content.decode())))  # fmt: skip
@@ -624,3 +628,63 @@ def test_compare_labels_points_by_what_differs_sorts_numerically_and_lists_the_d
     assert [r["params"]["numjobs"] for r in rows] == [1, 4, 16]  # as numbers, not as text (1, 16, 4)
     whole = client.get(f"/compare/?campaign={c.pk}&campaign={other.pk}").content.decode()
     assert "The same configuration on every side" in whole
+
+
+# --- defaults on GPU-less nodes, choices filled with htmx, numbers through the formatter ---------------------------
+
+
+@pytest.fixture
+def gpu_less_fio(team: Any) -> Any:
+    """A fio campaign on 1 and 2 GPU-less lab nodes: there is no GPU axis to draw against."""
+    lab = [Node.objects.create(name=f"lab{i}", address=f"10.0.2.{i}", team=team) for i in (1, 2)]
+    c = campaign(team, "lab-fio", axes={"nodes": [1, 2]})
+    runs(c, 0, {"nodes": 1}, {"read_bw_bytes": [1_298_236_952.0, 1_300_000_000.0]}, hosts=lab[:1])
+    runs(c, 1, {"nodes": 2}, {"read_bw_bytes": [2_500_000_000.0, 2_520_000_000.0]}, hosts=lab)
+    return c
+
+
+@pytest.mark.django_db
+def test_on_gpu_less_nodes_it_draws_against_the_node_count_and_offers_no_gpu_axis(
+    owner: Any, gpu_less_fio: Any
+) -> None:
+    client = client_for(owner)
+    page = client.get(f"/analysis/scaling/?campaign={gpu_less_fio.pk}").content.decode()
+    assert '<option value="node-count" selected>' in page and 'value="node-gpus"' not in page
+    assert "Nothing to draw" not in page and "no succeeded run" not in page
+    # the form submitted with the GPU axis of an earlier page still draws something, and says what
+    page = client.get(f"/analysis/scaling/?campaign={gpu_less_fio.pk}&x=gpus-used&metric=read_bw_bytes").content
+    assert "drawn against nodes (hosts per run)" in page.decode() and "Nothing to draw" not in page.decode()
+
+
+@pytest.mark.django_db
+def test_ticking_campaigns_fills_the_metric_and_axis_lists_with_htmx(owner: Any, gpu_less_fio: Any) -> None:
+    client = client_for(owner)
+    for path in ("/analysis/scaling/", "/analysis/sweep/", "/analysis/storage/"):
+        empty = client.get(path).content.decode()
+        assert 'hx-target="#analysis-options"' in empty
+        options = client.get(f"{path}?campaign={gpu_less_fio.pk}", HTTP_HX_REQUEST="true").content.decode()
+        assert 'id="analysis-options"' in options and "<html" not in options
+        assert '<option value="read_bw_bytes" selected>' in options, path
+    sweep = client.get(f"/analysis/sweep/?campaign={gpu_less_fio.pk}", HTTP_HX_REQUEST="true").content.decode()
+    assert '<option value="nodes" selected>' in sweep
+
+
+@pytest.mark.django_db
+def test_analysis_tables_show_numbers_in_their_unit_with_the_exact_value_on_hover(
+    owner: Any, gpu_less_fio: Any
+) -> None:
+    client = client_for(owner)
+    for path in (f"/analysis/scaling/?campaign={gpu_less_fio.pk}", f"/analysis/sweep/?campaign={gpu_less_fio.pk}"):
+        page = client.get(path).content.decode()
+        table = page[page.index('class="analysis-table"') :]
+        assert '<td class="num" title="1299118476 B/s">1.30 GB/s</td>' in table, path
+        assert "1,299,118,476" not in table and not re.search(r">[\d,.]+ B/s<", table)
+    data = json.loads(client.get(f"/analysis/scaling/?campaign={gpu_less_fio.pk}&format=json").content)
+    assert data["rows"][0]["read_bw_bytes mean"] == pytest.approx(1_299_118_476) and data["rows"][0]["unit"] == "B/s"
+
+
+@pytest.mark.django_db
+def test_an_empty_sweep_says_what_is_missing_not_that_nothing_succeeded(owner: Any, gpu_less_fio: Any) -> None:
+    page = client_for(owner).get(f"/analysis/sweep/?campaign={gpu_less_fio.pk}&metric=read_bw_bytes&where=nodes=3")
+    text = page.content.decode()
+    assert "has both read_bw_bytes and a numeric nodes" in text and "no succeeded run" not in text.lower()

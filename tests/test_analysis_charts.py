@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from analysis import charts
+from common import numbers
 from telemetry.charts import band_points, minmax_buckets
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -54,8 +55,8 @@ def test_log_ticks_use_powers_of_ten_or_of_two_for_byte_sizes() -> None:
     assert charts.log_ticks(4096, 1048576, binary=True) == [4096, 8192, 16384, 32768, 65536, 131072, 262144,
                                                             524288, 1048576]  # fmt: skip
     assert charts.log_ticks(8, 128 * 1024**2, binary=True)[:4] == [1, 16, 256, 4096]  # thinned to powers of 16
-    assert charts.format_number(65536, binary=True) == "64 KiB"
-    assert charts.format_number(39139) == "39.1k"
+    assert numbers.tick_text(65536, "B") == "64 KiB"
+    assert numbers.tick_text(39139) == "39.1k"
 
 
 def test_a_log_axis_says_so_and_places_decades_evenly() -> None:
@@ -71,7 +72,9 @@ def test_the_json_for_the_browser_aligns_every_line_on_one_x_array() -> None:
     fig = figure(lines=[charts.Line("a", [1, 2], [10, 20]), charts.Line("b", [2, 4], [5, 6], dashed=True, color_of=0)])
     data = fig.as_json()
     assert data["data"] == [[1, 2, 4], [10, 20, None], [None, 5, 6]]
-    assert data["series"][1] == {"label": "b", "color": data["series"][0]["color"], "dashed": True}
+    assert data["series"][1] == {"label": "b", "color": data["series"][0]["color"], "dashed": True,
+                                 "text": [None, "5", "6"]}  # fmt: skip
+    assert data["x_text"] == ["1", "2", "4"] and data["x_integer"] is True
 
 
 def test_the_json_for_the_browser_carries_the_error_bars_and_bands_the_svg_draws() -> None:
@@ -133,3 +136,10 @@ def test_a_linear_ideal_far_above_the_data_is_clipped_not_allowed_to_squash_it()
     assert max(ticks) < 2.0  # the axis ends near the data's 1.35 GB/s, not at the ideal's 8 GB/s
     assert 'clip-path="url(#plot-' in svg and "<clipPath" in svg  # the ideal line is cut at the plot's edge
     assert figure.y_title == "bw_bytes (GB/s)"
+
+
+def test_a_whole_number_x_axis_gets_whole_number_ticks() -> None:
+    one_point = charts.svg(figure(lines=[charts.Line("a", [1, 2], [10, 19])]))
+    ticks = re.findall(r'text-anchor="middle" class="tick">([^<]+)</text>', one_point)
+    assert ticks == ["1", "2"]  # not 0.95, 1.00, 1.05 ...
+    assert charts.nice_ticks(0.9, 2.1, 8, integer=True) == [0, 1, 2, 3]

@@ -665,6 +665,9 @@ def test_it_serves_an_openapi_schema_and_docs_from_vendored_assets(api: APIClien
     assert "tokenAuth" in schema["components"]["securitySchemes"]
     page = api.get("/api/v1/docs/").content.decode()
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/" in page and "cdn" not in page.lower()
+    redoc = api.get("/api/v1/redoc/").content.decode()  # ReDoc in the system's fonts: nothing from the internet
+    assert "/static/drf_spectacular_sidecar/redoc/" in redoc and "https://" not in redoc
+    assert "system-ui" in redoc
 
 
 @pytest.mark.django_db

@@ -142,9 +142,10 @@ def test_it_redraws_the_error_bars_and_min_max_bands_of_the_server_chart_with_up
     live = page.locator("figure[data-chart] .chart-live[data-error-bars]")
     live.wait_for()
     assert live.get_attribute("data-error-bars") == "3" and live.get_attribute("data-bands") == "0"
+    page.locator("figure[data-chart] .u-over").scroll_into_view_if_needed()  # below the form at 800 px high
     over = page.locator("figure[data-chart] .u-over").bounding_box()
     page.mouse.move(over["x"] + 1, over["y"] + over["height"] / 2)  # the first point: its spread in the legend
-    assert "100 (90–110)" in page.locator(".u-legend").inner_text()
+    assert "100 B/s (90–110)" in page.locator(".u-legend").inner_text()  # the value as common.numbers writes it
     snap(page, "13-error-bars")
 
     page.goto(f"/analysis/sweep/?campaign={wide.pk}&metric=bw_bytes&x=step&log=off")

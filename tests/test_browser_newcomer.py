@@ -1,22 +1,32 @@
-"""A newcomer's path through the pages in a real browser, at a laptop's 1280 px and a desktop's 1920 px: the demo
-login makes an API token, then reads a campaign's statistics, a run page (headline, per host, telemetry) and a
-comparison of two points. Screenshots land in var/test-artifacts/browser/ (newcomer-*) to be looked at."""
+"""A newcomer's path through the pages in a real browser, at a laptop's 1280 px and a desktop's 1920 px, on a real
+campaign: the demo login makes an API token, loads a preset in the builder, shrinks it to the lab's size, launches
+it on two lab nodes (a real Celery worker, real sshd and fio), watches it to its end, then reads a run, a comparison,
+the scaling, sweep and storage-sizing pages, schedules it, looks at the timeline and imports nodes in the admin.
+Screenshots land in var/test-artifacts/browser/ (newcomer-*) to be looked at.
+
+The machine running the suite may be loaded: the waits are generous (minutes) and nothing is timed."""
 
 from __future__ import annotations
 
 import io
 from typing import Any
 
-import numpy as np
 import pytest
+import yaml
 from django.core.management import call_command
 
-from campaigns.models import Result
+from campaigns.models import Campaign, CampaignStatus, RunStatus
+from inventory.models import Node
+from scheduling.models import Schedule
 from tests.browser import SCREENSHOTS, log_in
-from tests.test_analysis import campaign, runs
+
+pytestmark = [pytest.mark.lab, pytest.mark.worker]
 
 WIDTHS = (1280, 1920)
-T0 = 1_700_000_000_000_000_000  # ns
+CAMPAIGN_WAIT_MS = 15 * 60_000  # 8 short fio runs; minutes on a loaded machine
+PRESET = "storage-fio-bandwidth"
+IMPORT = "name,address,ssh_user,gpu_count,gpu_model,role\ndgx-a01,10.40.0.1,root,8,NVIDIA H100 80GB HBM3,compute\n" \
+         "dgx-a02,10.40.0.2,root,8,NVIDIA H100 80GB HBM3,compute\n"  # fmt: skip
 
 
 def both_widths(page: Any, name: str) -> None:
@@ -28,70 +38,120 @@ def both_widths(page: Any, name: str) -> None:
     page.set_viewport_size({"width": WIDTHS[0], "height": 900})
 
 
-def fio_campaign(team: Any) -> Any:
-    c = campaign(team, "newcomer-fio", axes={"numjobs": [1, 4, 16]})
-    for point, jobs in enumerate((1, 4, 16)):
-        made = runs(c, point, {"rw": "read", "numjobs": jobs},
-                    {"read_bw_bytes": [2.1e8 * jobs, 2.2e8 * jobs, 2.0e8 * jobs],
-                     "bw_bytes": [2.1e8 * jobs, 2.2e8 * jobs, 2.0e8 * jobs],
-                     "read_iops": [3300.0 * jobs, 3350.0 * jobs, 3250.0 * jobs],
-                     "read_lat_mean_ns": [3.0e5 * jobs, 3.1e5 * jobs, 2.9e5 * jobs]})  # fmt: skip
-        for run in made:  # per host, with and without the job label, as fio reports it
-            Result.objects.bulk_create(
-                Result(run=run, name="read_bw_bytes", value=1.05e8 * jobs, unit="B/s", host=h, labels=labels)
-                for h in ("lab1", "lab2") for labels in ({}, {"job": "0"})
-            )  # fmt: skip
-    Result.objects.filter(run__campaign=c, name="read_iops").update(unit="IOPS")  # as fio's plug-in stores it
-    return c
+def lab_sized(preset_yaml: str) -> str:
+    """The preset as the builder loaded it, made small enough for two lab nodes: no NFS mount, the lab's storage,
+    16 MiB files read for 2 s, 1 and 2 nodes x 1 and 4 jobs, 2 repetitions, telemetry at 1 s."""
+    spec = yaml.safe_load(preset_yaml)
+    spec.pop("mounts", None)
+    spec.update(
+        name="newcomer-fio-bandwidth", nodes=["lab1", "lab2"], storage="lab-local", repetitions=2, timeout=300,
+        fixed={"bs": "1M", "size": "16M", "runtime": 2, "time_based": 1, "rw": "read"},
+        matrix={"nodes": [1, 2], "numjobs": [1, 4]},
+        telemetry={"enabled": True, "interval": "1s", "groups": ["cpu", "mem", "net", "disk"]},
+    )  # fmt: skip
+    return yaml.safe_dump(spec, sort_keys=False)
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_newcomer_makes_a_token_and_reads_results_runs_and_comparisons(page: Any) -> None:
-    from telemetry.services import series_append
-
+def test_a_newcomer_runs_a_real_campaign_and_reads_every_page_of_it(
+    page: Any, lab: dict[str, Any], worker: Any
+) -> None:
     call_command("demo_user", stdout=io.StringIO())
-    from accounts.models import Team
-
-    team = Team.objects.get(name="demo")
     log_in(page, "demo", "rackbench")
 
+    # an API token for a pipeline: the demo's only team is already chosen
     page.goto("/accounts/tokens/")
-    assert page.locator("select[name=team]").input_value() == str(team.pk)  # the only team, already chosen
     page.fill("input[name=name]", "my-pipeline")
     page.select_option("select[name=scope]", "launch")
     page.click("button:has-text('Create token')")
     assert page.locator("#token-secret").inner_text().startswith("rbk_")
     both_widths(page, "01-token")
 
-    fio = fio_campaign(team)
-    run = fio.runs.filter(point=2).first()
-    t = T0 + np.arange(120, dtype=np.int64) * 1_000_000_000
-    for nic, rate in (("eth0", 1.1e9), ("eth1", 0)):
-        series_append(run=run, host="lab1", name="net.tx_bytes", labels={"nic": nic}, unit="B", kind="counter",
-                      timestamps_ns=t, values=np.cumsum(np.full(120, rate)).astype(np.int64))  # fmt: skip
-    series_append(run=run, host="lab1", name="cpu.util", labels={}, unit="%", kind="gauge", timestamps_ns=t,
-                  values=40 + 20 * np.sin(np.arange(120) / 10))  # fmt: skip
+    # the builder, from a preset, shrunk to the lab and previewed: the preview's paths are the runs' own
+    page.goto(f"/campaigns/new/?preset={PRESET}")
+    definition = page.get_by_test_id("definition")
+    assert "numjobs" in definition.input_value()
+    definition.fill(lab_sized(definition.input_value()))
+    definition.press("End")  # the preview listens for keyup
+    page.locator("#preview-runs", has_text="8").wait_for(timeout=60_000)
+    preview = page.locator("#preview").inner_text()
+    assert "fio" in preview and "/lab1/run-ID" in preview
+    both_widths(page, "02-builder")
 
-    page.goto(f"/campaigns/{fio.pk}/")
+    page.get_by_test_id("create-and-launch").click()
+    page.wait_for_url("**/campaigns/*/", timeout=60_000)
+    campaign = Campaign.objects.get(name="newcomer-fio-bandwidth")
+    both_widths(page, "03-launched")
+
+    # watched to its end by htmx polling
+    page.locator("#campaign-runs[data-status=succeeded]").wait_for(timeout=CAMPAIGN_WAIT_MS)
+    campaign.refresh_from_db()
+    assert campaign.status == CampaignStatus.SUCCEEDED, list(campaign.runs.values_list("error", flat=True))
+    assert campaign.runs.filter(status=RunStatus.SUCCEEDED).count() == 8
     stats = page.locator("table", has=page.locator("th", has_text="Median")).inner_text()
-    assert "3.36 GB/s" in stats and "4.80 ms" in stats and "e+" not in stats
-    assert page.locator("[data-testid=statistics-csv]").count() == 1
-    both_widths(page, "02-campaign")
+    assert "B/s" in stats and "e+" not in stats
+    both_widths(page, "04-campaign")
 
+    # a two-node run: its nodes, its start, its results per host, its telemetry drawn
+    run = campaign.runs.filter(params__nodes=2).order_by("sequence").first()
+    assert run is not None and run.started_at is not None
+    remote_dir = run.hosts.get(host="lab1").remote_dir
     page.goto(f"/runs/{run.pk}/")
-    headline = page.locator("[data-testid=headline-results]").inner_text()
-    assert headline.index("read_bw_bytes") < headline.index("read_iops") < headline.index("read_lat_mean_ns")
-    assert "GB/s" in headline and "ms" in headline
-    assert page.locator("[data-testid=per-host-results] tbody tr").count() == 2  # lab1 and lab2, once each
-    assert page.locator("#telemetry .time-axis").count() == 2  # net eth0 and cpu; idle eth1 is folded away
-    assert "Gbit/s" in page.locator("#telemetry").inner_text()
-    both_widths(page, "03-run")
+    assert "read_bw_bytes" in page.locator("[data-testid=headline-results]").inner_text()
+    per_host = page.locator("[data-testid=per-host-results]").inner_text()
+    assert "lab1" in per_host and "lab2" in per_host
+    assert page.locator("#telemetry .time-axis").count() >= 1
+    assert remote_dir in page.content()  # where it ran, as the preview said
+    both_widths(page, "05-run")
 
-    page.goto(f"/compare/?point={fio.pk}:0&point={fio.pk}:2")
-    differences = page.locator("[data-testid=differences]").inner_text()
-    assert "param numjobs" in differences and "param rw" not in differences
-    assert "newcomer-fio · point 2 (numjobs=16)" in page.content()
-    both_widths(page, "04-compare")
+    # the one-job and four-job points of two nodes side by side
+    points = {(r.params["nodes"], r.params["numjobs"]): r.point for r in campaign.runs.all()}
+    page.goto(f"/compare/?point={campaign.pk}:{points[(2, 1)]}&point={campaign.pk}:{points[(2, 4)]}")
+    assert "param numjobs" in page.locator("[data-testid=differences]").inner_text()
+    both_widths(page, "06-compare")
 
-    page.goto(f"/compare/?campaign={fio.pk}&campaign={fio.pk}")
-    both_widths(page, "05-compare-campaigns")
+    # scaling: ticking the campaign fills the metric and axis lists; on GPU-less nodes it draws against nodes
+    page.goto("/analysis/scaling/")
+    page.locator(f"input[name=campaign][value='{campaign.pk}']").check()
+    page.locator("#x option[value=node-count]").wait_for(state="attached")
+    assert page.locator("#x").input_value() == "node-count"
+    assert "node-gpus" not in page.locator("#x").inner_html()
+    page.get_by_role("button", name="Draw").click()
+    page.locator("figure[data-chart] .uplot").wait_for()
+    body = page.locator("main").inner_text()
+    assert "Nothing to draw" not in body and "no succeeded run" not in body
+    assert "GB/s" in page.locator(".analysis-table").first.inner_text() or "MB/s" in body
+    both_widths(page, "07-scaling")
+    page.locator("figure[data-chart]").screenshot(path=str(SCREENSHOTS / "newcomer-07-scaling-chart.png"))
+
+    # sweep: bandwidth against numjobs, per node and aggregate
+    page.goto(f"/analysis/sweep/?campaign={campaign.pk}&metric=read_bw_bytes&x=numjobs&hosts=both")
+    page.locator("figure[data-chart] .uplot").wait_for()
+    assert "B/s" in page.locator(".analysis-table").first.inner_text()
+    both_widths(page, "08-sweep")
+
+    # storage sizing from what this campaign measured on the lab's storage
+    page.goto(f"/analysis/storage/?measured={campaign.pk}&storage={lab['storage'].pk}&per_gpu=100&gpus=64")
+    assert "One storage node feeds" in page.locator("main").inner_text()
+    both_widths(page, "09-storage")
+
+    # scheduled nightly, and the timeline of the nodes
+    page.goto(f"/campaigns/{campaign.pk}/")
+    page.get_by_test_id("schedule").click()
+    page.locator("input[name=when][value=nightly]").check()
+    page.fill("input[name=time]", "02:30")
+    page.get_by_role("button", name="Schedule").click()
+    page.get_by_text("02:30").first.wait_for()
+    assert Schedule.objects.get(campaign=campaign).kind == "nightly"
+    both_widths(page, "10-schedule")
+    page.goto("/timeline/")
+    assert page.locator("table").get_by_text("lab1").count() >= 1
+    both_widths(page, "11-timeline")
+
+    # the admin: import two nodes from CSV, then the node list
+    page.goto("/admin/inventory/node/import/")
+    page.fill("textarea[name=text]", IMPORT)
+    both_widths(page, "12-admin-import")
+    page.locator("input[type=submit], button[type=submit]").last.click()
+    page.wait_for_url("**/admin/inventory/node/")
+    assert Node.objects.filter(name__in=["dgx-a01", "dgx-a02"]).count() == 2
+    both_widths(page, "13-admin-nodes")

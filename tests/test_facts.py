@@ -199,6 +199,21 @@ def test_storing_facts_fills_empty_fields_and_keeps_what_users_set() -> None:
 
 
 @pytest.mark.django_db
+def test_a_runtime_that_facts_filled_in_and_that_no_longer_answers_is_taken_back() -> None:
+    node = services.node_upsert(name="n1", address="10.0.0.1")
+    services.node_store_facts(node=node, facts=facts.parse_facts(fixture("script_output_local_vm.txt")))
+    assert node.container_runtime == "docker"
+    silent = facts.parse_facts(fixture("script_output_local_vm.txt").replace("\ndocker\n", f"\ndocker{facts.SILENT}\n"))
+    assert silent["container_runtimes"] == [] and silent["container_runtimes_silent"] == ["docker"]
+    services.node_store_facts(node=node, facts=silent)
+    node.refresh_from_db()
+    assert node.container_runtime == ""
+    chosen = services.node_upsert(name="n2", address="10.0.0.2", container_runtime="docker")  # a user's choice
+    services.node_store_facts(node=chosen, facts=silent)
+    assert chosen.container_runtime == "docker"
+
+
+@pytest.mark.django_db
 def test_syncing_interfaces_updates_discovered_values_and_keeps_user_roles() -> None:
     node = services.node_upsert(name="n1", address="10.0.0.1")
     Interface.objects.create(node=node, name="eth0", role=InterfaceRole.STORAGE, mtu=9000, addresses=["10.9.9.9/24"])
@@ -262,6 +277,16 @@ def test_it_collects_real_facts_from_a_lab_node_over_ssh(facts_lab: tuple[lab.La
     assert node.cpu_cores and node.cpu_model
     assert node.facts["hostname"] == found["hostname"] and node.facts_collected_at is not None
     assert node.interfaces.get(pk=first_nic.pk).role == InterfaceRole.MANAGEMENT
+    # a docker binary with no daemon behind it (as on this machine) makes no container runtime
+    assert "docker" not in node.facts["container_runtimes"] and node.container_runtime != "docker"
+    if shutil.which("docker"):
+        assert node.facts["container_runtimes_silent"] == ["docker"]
+
+
+def test_a_runtime_counts_only_when_it_answers() -> None:
+    text = f"docker{facts.SILENT}\npodman\nenroot\n"
+    assert facts.parse_runtimes(text) == ["podman", "enroot"]
+    assert facts.parse_runtimes(text, silent=True) == ["docker"]
 
 
 # --- the task ------------------------------------------------------------------------------------

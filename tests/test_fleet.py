@@ -92,13 +92,6 @@ def test_a_healthy_matrix_names_nothing() -> None:
     assert matrix.outliers == [] and matrix.bad_links == []
 
 
-def test_it_prints_rates_readably() -> None:
-    assert fleet.readable(943_123_456, "bit/s") == "943 Mbit/s"
-    assert fleet.readable(4.213e9, "bit/s") == "4.21 Gbit/s"
-    assert fleet.readable(12.5, "img/s") == "12.5 img/s"
-    assert fleet.readable(None, "bit/s") == "—"
-
-
 # --- pages and API, on stored results -----------------------------------------------------------------------------
 
 

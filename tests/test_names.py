@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 from campaigns.plan import host_context, host_infos
 from campaigns.services import campaign_apply, campaign_launch
 from common.errors import FieldError, ParamError
-from common.names import path_under
+from common.names import name_problem, path_under
 from inventory.importers import NodeImportError, nodes_import
 from inventory.models import Node
 from inventory.services import InventoryError, node_upsert
@@ -63,3 +63,22 @@ def test_a_run_never_builds_a_directory_outside_its_root_even_for_a_name_stored_
     Node.objects.filter(pk=node.pk).update(name="../../../../../tmp/owned")  # the database, not the API
     with pytest.raises(ParamError, match="unsafe remote path"):  # fails the run for good
         host_context(run, node_name="../../../../../tmp/owned", index=0, root=root, hosts=host_infos([node]))
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("", "required"),
+        (None, "required"),
+        ("has spaces", "'has spaces' contains a space: only letters, digits, '.', '_' or '-' are allowed"),
+        ("a/b", "contains '/'"),
+        (".hidden", "'.hidden' starts with '.': a name starts with a letter or digit"),
+        ("x" * 101, "is 101 characters long: at most 100"),
+        (7, "must be text, not int"),
+    ],
+)
+def test_a_name_error_says_what_is_wrong_with_the_name_given(name: Any, says: str) -> None:
+    problem = name_problem(name)
+    assert problem is not None and says in problem
+    assert name == "" or name is None or "required" not in problem
+    assert name_problem("lab-1.a_b") is None

@@ -1,5 +1,5 @@
-"""The preview of a campaign whose plug-in runs a helper (iperf3): each host's real commands first, the helper's
-files folded and given once, and no mpirun wording for a benchmark that uses no MPI."""
+"""The preview of a campaign: the paths its runs will use, and for a plug-in that runs a helper (iperf3) each
+host's real commands first, the helper's files folded and given once, no mpirun wording without MPI."""
 
 from __future__ import annotations
 
@@ -8,8 +8,12 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from campaigns.selectors import campaign_preview
 from campaigns.services import campaign_apply
 from inventory.services import node_upsert
+from plugins.benchmarks.base import get_benchmark
+from runners import remote
+from runners.hosts import host_jobs
 
 
 @pytest.mark.django_db
@@ -46,3 +50,22 @@ def test_the_perftest_preview_shows_each_hosts_server_and_client_commands(owner:
     assert "ib_write_bw -d mlx5_0 -x 3 --report_gbits -F -p 18515\n" in page  # n2, its server
     assert "ib_send_lat -d mlx5_0 -x 3 --report_gbits -F -p 18515 10.0.0.2" in page
     assert "mpirun" not in page
+
+
+@pytest.mark.lab
+def test_the_preview_shows_the_paths_the_runs_use_on_the_lab(lab: dict[str, Any]) -> None:
+    data = {"name": "where", "kind": "fio", "nodes": ["lab1"], "repetitions": 1, "fixed": {"bs": "64k", "size": "8M"},
+            "matrix": {"rw": ["read"]}}  # fmt: skip
+    campaign = campaign_apply(data=data)
+    root = remote.remote_root(remote.node_target(lab["nodes"]["lab1"]))  # what a run finds over SSH
+    command = campaign_preview(campaign=campaign)["shown"][0]["hosts"][0]["command"]
+    assert command.startswith(f"cd {root}/lab1/run-ID && "), (root, command)
+    # a run records the home it found, so the preview follows a node whose home moved
+    lab1 = lab["nodes"]["lab1"]
+    lab1.facts = {**lab1.facts, "home": "/somewhere/else"}
+    lab1.save(update_fields=["facts"])
+    assert "/somewhere/else/" in campaign_preview(campaign=campaign)["shown"][0]["hosts"][0]["command"]
+    run = campaign.runs.create(sequence=1, point=0, params={"rw": "read"}, repetition=1)
+    run.hosts.create(node=lab1, host="lab1", address=lab1.address, command="", remote_dir="")
+    host_jobs(run, get_benchmark("fio"))
+    assert campaign_preview(campaign=campaign)["shown"][0]["hosts"][0]["command"].startswith(f"cd {root}/lab1/")

@@ -103,11 +103,14 @@ class Command(BaseCommand):
         if campaign.status != CampaignStatus.SUCCEEDED:
             raise CommandError(f"campaign {campaign.name} {campaign.status}")
 
+    def _write(self, text: str) -> None:
+        self.stdout.write(text, ending="")
+        self.stdout.flush()
+
     def _wait(self, campaign: Campaign, timeout: float) -> Campaign:
         """Follow the campaign to its end: a progress bar with ETA on a terminal, plain lines in a log."""
         started = time.monotonic()
-        last = None
-        tty = self.stdout.isatty()
+        printer = progress_text.Printer(self._write, tty=self.stdout.isatty())
         while True:
             campaign.refresh_from_db()
             progress = selectors.campaign_progress(campaign=campaign)
@@ -117,17 +120,9 @@ class Command(BaseCommand):
             )["mean"]
             eta = selectors.eta_seconds(mean=mean, total=total, done=done)
             counts = " ".join(f"{s}={n}" for s, n in sorted(progress["by_status"].items()))
-            if tty:
-                self.stdout.write(f"\r{progress_text.bar(done, total, eta_s=eta)}  {campaign.status}\x1b[K", ending="")
-                self.stdout.flush()
-            else:
-                line = f"{campaign.status}: {progress_text.line(done, total, eta_s=eta, detail=counts)}"
-                if line != last:
-                    self.stdout.write(line)
-                    last = line
+            printer.show(done, total, eta_s=eta, status=campaign.status, detail=counts)
             if campaign.is_terminal:
-                if tty:
-                    self.stdout.write("")
+                printer.end()
                 return campaign
             if timeout and time.monotonic() - started > timeout:
                 raise CommandError(f"gave up waiting after {timeout:g} s; the campaign goes on")

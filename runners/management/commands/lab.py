@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
+from common import progress
 from inventory.models import Credential, Node, NodeRole, NodeStatus, StorageKind
 from inventory.services import (
     credential_create,
     credential_set_key,
     hostkey_forget,
     hostkey_pin,
+    node_note_home,
     node_upsert,
     storage_upsert,
 )
@@ -95,7 +98,15 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
 
     def up(self, *, nodes: int, port: int | None, base_address: str | None, network: str | None) -> None:
-        started = lab.lab_up(nodes, port=port, base_address=base_address, network=network)
+        """Start the nodes with a progress bar and ETA on a terminal (plain lines in a log), then register them."""
+        printer = progress.Printer(self._write, tty=self.stdout.isatty(), what="nodes", step=max(nodes // 10, 1))
+        began = time.monotonic()
+
+        def shown(done: int, total: int) -> None:
+            printer.show(done, total, eta_s=progress.rate_eta(time.monotonic() - began, done, total))
+
+        started = lab.lab_up(nodes, port=port, base_address=base_address, network=network, on_progress=shown)
+        printer.end()
         if network == lab.NETNS and started[0].network != lab.NETNS:
             self.stderr.write("Network namespaces cannot be made here; the nodes run on loopback addresses instead.")
         account = lab.lab_account()
@@ -145,6 +156,10 @@ class Command(BaseCommand):
         stopped = lab.lab_down()
         self.stdout.write(f"Stopped {stopped} lab sshd daemon(s); the lab's inventory rows are kept.")
 
+    def _write(self, text: str) -> None:
+        self.stdout.write(text, ending="")
+        self.stdout.flush()
+
     def _register_credential(self, account: lab.LabAccount) -> Credential:
         private_key = account.private_key.read_text()
         public_key = account.private_key.with_suffix(".pub").read_text().split()[1]
@@ -175,6 +190,7 @@ class Command(BaseCommand):
             ram_mb=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20,
         )
         self._pin_host_key(node)
+        node_note_home(node=registered, home=os.path.realpath(account.home))  # previews show the runs' paths
         return registered
 
     def _pin_host_key(self, node: lab.LabNode) -> None:
