@@ -174,6 +174,9 @@ def test_it_refuses_a_launch_on_a_node_whose_kernel_differs_naming_both(
     page = client.get(f"/campaigns/{campaign.pk}/preview/").content.decode()
     assert "5.15.0-91-generic" in page and real in page and "Drift gate" in page
 
+    page = client.post(f"/campaigns/{campaign.pk}/launch/", follow=True).content.decode()
+    assert f"{names[2]}: kernel is 5.15.0-91-generic, expected {real}" in page
+
 
 @pytest.mark.lab
 def test_a_warning_gate_launches_and_stale_facts_are_collected_again(lab: dict[str, Any], settings: Any) -> None:
