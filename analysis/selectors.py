@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from django.db.models import Aggregate, Avg, Count, FloatField, Max, Min, Q, QuerySet, StdDev, Sum, TextField
@@ -20,7 +20,8 @@ from analysis import fleet
 from analysis.forms import Pick, parse_size
 from campaigns.models import Campaign, Result, Run, RunHost, RunStatus
 from inventory.models import StorageSystem
-from plugins.benchmarks import training
+from plugins import localise
+from plugins.benchmarks import iperf, training
 from plugins.benchmarks.base import get_benchmark
 
 CAMPAIGN_CHOICES = 300  # newest visible campaigns offered in a picker (selected ones always are)
@@ -435,6 +436,40 @@ def campaign_link_flows(*, campaign: Campaign, point: int | None = None) -> list
     if point is not None:
         rows = rows.filter(run__point=point)
     return [(host, str(labels["peer"]), value) for host, labels, value in rows.values_list("host", "labels", "value")]
+
+
+def campaign_localisation(*, campaign: Campaign) -> list[dict[str, Any]]:
+    """The two-pass localisation of each point of a two_pass iperf3 campaign (plugins/localise.py): pass 1's
+    suspects, and from pass 2 the bad nodes (low with a known-good partner too) and the cleared ones."""
+    if campaign.kind != "iperf3":
+        return []
+    runs = list(campaign.runs.filter(status=RunStatus.SUCCEEDED, params__topology="two_pass").order_by("sequence"))
+    flows = _send_flows(runs)
+    verdicts = []
+    for first in (r for r in runs if r.params.get("localise_pass", 1) == 1):
+        pairs = len(localise.pair_values(flows[first.pk]))
+        verdict: dict[str, Any] = {"point": first.point, "pairs": pairs, "suspects": [], "bad": [], "cleared": [],
+                                   "untested": [], "partners": []}  # fmt: skip
+        for second in (r for r in runs if r.point == first.point and r.sequence > first.sequence):
+            plan = iperf.second_pass_of(second.params)
+            if plan is None:
+                continue
+            judged = localise.judge(plan, flows[second.pk], threshold=float(second.params.get("threshold", 0.7)))
+            verdict.update(asdict(judged), partners=[f"{a}:{b}" for a, b in plan.partners])
+            verdict["reference_bps"] = plan.reference
+            break
+        verdicts.append(verdict)
+    return verdicts
+
+
+def _send_flows(runs: list[Run]) -> dict[int, localise.Flows]:
+    """{run id: {(sender, receiver): bit/s}} of these runs' iperf flows (one query)."""
+    found: dict[int, localise.Flows] = {run.pk: {} for run in runs}
+    rows = Result.objects.filter(HOST_RESULTS, run__in=runs, name="throughput_bps", labels__direction="send")
+    for run_id, host, labels, value in rows.values_list("run_id", "host", "labels", "value"):
+        if "peer" in labels:
+            found[run_id][(host, str(labels["peer"]))] = value
+    return found
 
 
 def campaign_link_points(*, campaign: Campaign) -> list[int]:
