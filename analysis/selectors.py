@@ -22,6 +22,7 @@ from django.http import Http404, HttpRequest
 from accounts.selectors import visible
 from analysis import fleet
 from analysis.forms import Pick, parse_size
+from campaigns import planning
 from campaigns.models import Campaign, Result, Run, RunHost, RunStatus
 from common.collector import gc_paused
 from inventory.models import StorageSystem
@@ -469,7 +470,7 @@ def campaign_localisation(*, campaign: Campaign) -> list[dict[str, Any]]:
         verdict: dict[str, Any] = {"point": first.point, "pairs": pairs, "suspects": [], "bad": [], "cleared": [],
                                    "untested": [], "partners": []}  # fmt: skip
         for second in (r for r in runs if r.point == first.point and r.sequence > first.sequence):
-            plan = iperf.second_pass_of(second.params)
+            plan = iperf.second_pass_of(planning.benchmark_params(second.params))
             if plan is None:
                 continue
             judged = localise.judge(plan, flows[second.pk], threshold=float(second.params.get("threshold", 0.7)))

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from campaigns import dispatch
+from campaigns import dispatch, planning
 from campaigns.errors import CampaignError
 from campaigns.models import (
     RUN_ACTIVE,
@@ -28,7 +28,7 @@ from campaigns.models import (
     RunStatus,
 )
 from campaigns.reservations import campaign_advance_soon, campaign_release, campaign_wind_down
-from plugins.benchmarks.base import Metric, get_benchmark
+from plugins.benchmarks.base import Metric, ParamError, get_benchmark
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +79,14 @@ def _run_follow_up(run_id: int) -> Run | None:
         Metric(name=r.name, value=r.value, unit=r.unit, host=r.host, labels=r.labels)
         for r in run.results.exclude(host="")
     ]
-    params = get_benchmark(run.campaign.kind).follow_up(run.params, metrics)
-    if params is None:
+    try:
+        asked = get_benchmark(run.campaign.kind).follow_up(planning.benchmark_params(run.params), metrics)
+    except ParamError as exc:  # never keeps the run from finishing
+        log.error("run %s: no follow-up run: %s", run.pk, exc)
         return None
+    if asked is None:
+        return None
+    params = {**run.params, **asked}  # run-level parameters (nodes, env.*) kept
     last = Run.objects.filter(campaign_id=run.campaign_id).order_by("-sequence").values_list("sequence", flat=True)
     follow = Run.objects.create(
         campaign_id=run.campaign_id,

@@ -84,7 +84,8 @@ def two_pass(name: str) -> Any:
             "kind": "iperf3",
             "nodes": NODES,
             "cache": {"flush_clients": False},
-            "fixed": {"topology": "two_pass", "duration": 1, "port": 5601, "seed": 18},
+            # nodes: a run-level parameter beside the plug-in's, kept on the run of pass 2
+            "fixed": {"topology": "two_pass", "duration": 1, "port": 5601, "seed": 18, "nodes": len(NODES)},
             "matrix": {"parallel": [1]},
         },
         timeout=180,
