@@ -6,9 +6,12 @@ module only words and colours its outcomes.
 
 from __future__ import annotations
 
+import html
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
+
+from django.utils.safestring import mark_safe
 
 from analysis import calculations, charts, fleet, selectors
 from analysis.exports import ROW_UNIT, Table
@@ -444,17 +447,28 @@ def fleet_rows(view: fleet.FleetView, *, page: int = 1) -> list[dict[str, Any]]:
     ordered = [o.node for o in view.outliers] + [n for n in view.nodes if n not in outliers]
     rows = []
     for node in ordered[(page - 1) * FLEET_ROWS : page * FLEET_ROWS]:
-        cells: list[dict[str, Any] | None] = []
+        cells: list[str] = []
         for column, cell in zip(view.columns, view.row(node), strict=True):
-            if cell is None:
-                cells.append(None)
-                continue
-            ratio = cell.score.ratio
-            cells.append({"text": numbers.quantity(cell.score.value, column.unit),
-                          "ratio": f"{ratio:.0%}" if ratio is not None else "—",
-                          "score": f"{cell.score.score:+.1f}", "outlier": cell.score.outlier})  # fmt: skip
+            cells.append(_fleet_cell(column, cell))
         rows.append({"node": node, "outlier": node in outliers, "cells": cells})
     return rows
+
+
+def _fleet_cell(column: fleet.Column, cell: fleet.Cell | None) -> str:
+    """One cell's ``<td>``: its value, ratio to the fleet's median and score. Built here rather than in the template,
+    and escaped with the standard library's ``html.escape``: a page has 2,000 cells, and the template engine (or
+    format_html) took a third of the page's time drawing them."""
+    if cell is None:
+        return mark_safe('<td class="num">—</td>')
+    ratio = cell.score.ratio
+    worse = " change-worse" if cell.score.outlier else ""
+    text = html.escape(numbers.quantity(cell.score.value, column.unit))
+    raw = html.escape(f"{cell.score.value:g} {column.unit}".strip())
+    share = f"{ratio:.0%}" if ratio is not None else "—"
+    return mark_safe(  # every value escaped, or formatted from numbers
+        f'<td class="num{worse}" title="{raw}">{text}<br>'
+        f'<span class="small muted">{share} · {cell.score.score:+.1f}</span></td>'
+    )
 
 
 def fleet_findings(view: fleet.FleetView) -> list[tuple[str, list[str]]]:

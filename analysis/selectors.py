@@ -8,20 +8,27 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from django.db.models import Avg, Count, Max, Min, Q, QuerySet, StdDev, Sum, TextField
+from django.contrib.postgres.aggregates import ArrayAgg
+from django.db import connection
+from django.db.models import Avg, Count, F, Max, Min, Q, QuerySet, StdDev, Sum, TextField
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 from django.http import Http404, HttpRequest
 
 from accounts.selectors import visible
 from analysis import fleet
 from analysis.forms import Pick, parse_size
+from campaigns import planning
 from campaigns.baselines import Median
 from campaigns.models import Campaign, Result, Run, RunHost, RunStatus
+from common.collector import gc_paused
 from inventory.models import StorageSystem
-from plugins.benchmarks import training
+from plugins import localise
+from plugins.benchmarks import iperf, training
 from plugins.benchmarks.base import get_benchmark
 
 CAMPAIGN_CHOICES = 300  # newest visible campaigns offered in a picker (selected ones always are)
@@ -381,42 +388,55 @@ def record_size_default(campaign: Campaign) -> float | None:
 HOST_RESULTS = SUCCEEDED & ~Q(host="")
 
 
-def campaign_fleet_samples(*, campaign: Campaign) -> list[tuple[fleet.Column, str, float]]:
-    """(column, node, value) for every per-host result of the campaign's succeeded repetitions: two queries, the
-    second without a join; labels arrive as text and are read once per distinct text (a campaign has few)."""
+def campaign_fleet_samples(*, campaign: Campaign) -> list[tuple[fleet.Column, str, list[float]]]:
+    """(column, node, values) for every node's per-host results at each column of the campaign's succeeded
+    repetitions: two queries. PostgreSQL groups the rows (a node's repetitions and flows at one column, the flow
+    labels left out as ``fleet.label_text`` leaves them out), so a 1,000-node campaign's 60,000 rows arrive as
+    20,000 groups; elsewhere (SQLite) each row is its own group. Labels arrive as text and are read once per
+    distinct text (a campaign has few)."""
     runs = campaign.runs.filter(status=RunStatus.SUCCEEDED, is_warmup=False).values_list("pk", "point", "params")
-    point_of, params = {}, {}
-    for pk, point, run_params in runs:
-        point_of[pk] = point
-        params[point] = run_params
+    params = {point: run_params for _, point, run_params in runs}
     benchmark = get_benchmark(campaign.kind)
-    rows = (
-        Result.objects.filter(run_id__in=list(point_of))
-        .exclude(host="")
-        .annotate(labels_text=Cast("labels", TextField()))
-        .values_list("run_id", "name", "unit", "labels_text", "host", "value")
+    results = (
+        Result.objects.filter(run_id__in=[pk for pk, _, _ in runs]).exclude(host="").annotate(point=F("run__point"))
     )
+    rows: Iterable[tuple[int, str, str, str, str, list[float]]]
+    if connection.vendor == "postgresql":
+        rows = (
+            results.annotate(
+                labels_text=RawSQL(f"({Result._meta.db_table}.labels - %s::text[])::text", (sorted(fleet.FLOW_LABELS),))
+            )
+            .values("point", "name", "unit", "labels_text", "host")
+            .annotate(values=ArrayAgg("value", order_by=("run_id", "id")))
+            .order_by("point", "name", "unit", "labels_text")  # column by column (fleet_view groups them so)
+            .values_list("point", "name", "unit", "labels_text", "host", "values")
+        )
+    else:
+        each = results.annotate(labels_text=Cast("labels", TextField()))
+        rows = (
+            (*row, [value]) for *row, value in each.values_list("point", "name", "unit", "labels_text", "host", "value")
+        )
     columns: dict[tuple[int, str, str, str], fleet.Column] = {}
     texts: dict[str, str] = {}
     samples = []
-    for run_id, name, unit, raw, host, value in rows:
-        point = point_of[run_id]
-        text = texts.get(raw)
-        if text is None:
-            text = texts[raw] = fleet.label_text(json.loads(raw))
-        key = (point, name, text, unit)
-        column = columns.get(key)
-        if column is None:
-            spec = benchmark.spec(name)
-            column = columns[key] = fleet.Column(
-                point=point,
-                name=name,
-                labels=text,
-                params=fleet.label_text(params.get(point) or {}, leave_out=()),
-                unit=unit,
-                higher_is_better=spec.higher_is_better if spec else True,
-            )
-        samples.append((column, host, value))
+    with gc_paused():  # 20,000 rows of small objects (common/collector.py)
+        for point, name, unit, raw, host, values in rows:
+            text = texts.get(raw)
+            if text is None:
+                text = texts[raw] = fleet.label_text(json.loads(raw))
+            key = (point, name, text, unit)
+            column = columns.get(key)
+            if column is None:
+                spec = benchmark.spec(name)
+                column = columns[key] = fleet.Column(
+                    point=point,
+                    name=name,
+                    labels=text,
+                    params=fleet.label_text(params.get(point) or {}, leave_out=()),
+                    unit=unit,
+                    higher_is_better=spec.higher_is_better if spec else True,
+                )
+            samples.append((column, host, values))
     return samples
 
 
@@ -428,6 +448,40 @@ def campaign_link_flows(*, campaign: Campaign, point: int | None = None) -> list
     if point is not None:
         rows = rows.filter(run__point=point)
     return [(host, str(labels["peer"]), value) for host, labels, value in rows.values_list("host", "labels", "value")]
+
+
+def campaign_localisation(*, campaign: Campaign) -> list[dict[str, Any]]:
+    """The two-pass localisation of each point of a two_pass iperf3 campaign (plugins/localise.py): pass 1's
+    suspects, and from pass 2 the bad nodes (low with a known-good partner too) and the cleared ones."""
+    if campaign.kind != "iperf3":
+        return []
+    runs = list(campaign.runs.filter(status=RunStatus.SUCCEEDED, params__topology="two_pass").order_by("sequence"))
+    flows = _send_flows(runs)
+    verdicts = []
+    for first in (r for r in runs if r.params.get("localise_pass", 1) == 1):
+        pairs = len(localise.pair_values(flows[first.pk]))
+        verdict: dict[str, Any] = {"point": first.point, "pairs": pairs, "suspects": [], "bad": [], "cleared": [],
+                                   "untested": [], "partners": []}  # fmt: skip
+        for second in (r for r in runs if r.point == first.point and r.sequence > first.sequence):
+            plan = iperf.second_pass_of(planning.benchmark_params(second.params))
+            if plan is None:
+                continue
+            judged = localise.judge(plan, flows[second.pk], threshold=float(second.params.get("threshold", 0.7)))
+            verdict.update(asdict(judged), partners=[f"{a}:{b}" for a, b in plan.partners])
+            verdict["reference_bps"] = plan.reference
+            break
+        verdicts.append(verdict)
+    return verdicts
+
+
+def _send_flows(runs: list[Run]) -> dict[int, localise.Flows]:
+    """{run id: {(sender, receiver): bit/s}} of these runs' iperf flows (one query)."""
+    found: dict[int, localise.Flows] = {run.pk: {} for run in runs}
+    rows = Result.objects.filter(HOST_RESULTS, run__in=runs, name="throughput_bps", labels__direction="send")
+    for run_id, host, labels, value in rows.values_list("run_id", "host", "labels", "value"):
+        if "peer" in labels:
+            found[run_id][(host, str(labels["peer"]))] = value
+    return found
 
 
 def campaign_link_points(*, campaign: Campaign) -> list[int]:

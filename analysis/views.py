@@ -258,7 +258,8 @@ def links_page(request: HttpRequest, pk: int) -> HttpResponse:
     matrix = fleet.link_matrix(flows, threshold=threshold)
     context = {"errors": errors, "campaign": campaign, "matrix": matrix, "threshold": threshold,
                "points": points, "point": point, "grid": reports.link_grid(matrix),
-               "findings": reports.link_findings(matrix)}  # fmt: skip
+               "findings": reports.link_findings(matrix),
+               "localisation": selectors.campaign_localisation(campaign=campaign)}  # fmt: skip
     return _render(request, "analysis/links.html", context, name=f"{campaign.name}-links",
                    tables=reports.link_tables(matrix))  # fmt: skip
 

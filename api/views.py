@@ -397,7 +397,9 @@ class CampaignViewSet(ScopedMixin, IdempotentMixin, viewsets.ModelViewSet):
             _bounded_int(request.query_params, "point", -1, 0, 1_000_000) if "point" in request.query_params else None
         )
         flows = analysis_selectors.campaign_link_flows(campaign=campaign, point=point)
-        return Response(fleet.links_payload(fleet.link_matrix(flows, threshold=threshold)))
+        payload = fleet.links_payload(fleet.link_matrix(flows, threshold=threshold))
+        payload["localisation"] = analysis_selectors.campaign_localisation(campaign=campaign)
+        return Response(payload)
 
     @extend_schema(responses={200: dict})
     @action(detail=True, methods=["get"], renderer_classes=EXPORTS, pagination_class=None, filterset_class=None)

@@ -11,10 +11,12 @@ host 30 % below the others on one metric. The link campaign: 64 hosts, every ord
 
 from __future__ import annotations
 
+import gc
 import os
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +35,21 @@ from accounts.services import team_add_member, team_create  # noqa: E402
 from campaigns.models import Campaign, CampaignStatus, Run, RunStatus  # noqa: E402
 
 SCRATCH_DATABASE = "rackbench_bench_fleet"
+REPEAT = int(os.environ.get("RACKBENCH_BENCH_REPEAT", "10"))
 
 
-def page(client: Client, url: str, repeat: int = 5) -> tuple[float, float, int, int]:
-    """Median wall time and median CPU time of this (Django) process (after one warm-up), size, and queries per
-    request. On a loaded machine the CPU time is the steadier number; the database's own time is in the wall time
-    only."""
+def page(client: Client, url: str, repeat: int = REPEAT) -> tuple[float, float, float, int, int, str]:
+    """Median wall time, and median and least CPU time of this (Django) process (after one warm-up), size, queries
+    and garbage collections (generations 0, 1, 2) per request. On a loaded machine the CPU time is the steadier
+    number, its least the steadiest; the database's own time is in the wall time only."""
     times, cpu = [], []
+    collections = Counter()
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections[info["generation"]] += 1
+
+    gc.callbacks.append(count)
     with CaptureQueriesContext(connection) as queries:
         for i in range(repeat + 1):
             started, started_cpu = time.perf_counter(), time.process_time()
@@ -48,7 +58,10 @@ def page(client: Client, url: str, repeat: int = 5) -> tuple[float, float, int, 
             if i:
                 times.append(time.perf_counter() - started)
                 cpu.append(time.process_time() - started_cpu)
-    return statistics.median(times), statistics.median(cpu), len(response.content), len(queries) // (repeat + 1)
+    gc.callbacks.remove(count)
+    per_request = " ".join(f"{collections[g] / (repeat + 1):.1f}" for g in range(3))
+    size, queried = len(response.content), len(queries) // (repeat + 1)
+    return statistics.median(times), statistics.median(cpu), min(cpu), size, queried, per_request
 
 
 def campaign(team: Any, name: str, kind: str) -> Campaign:
@@ -99,9 +112,10 @@ def run_bench() -> None:
         ("link matrix page, 64 nodes", f"/analysis/campaigns/{links.pk}/links/"),
         ("link matrix API", f"/api/v1/campaigns/{links.pk}/links/"),
     ):
-        took, cpu, size, queries = page(client, url)
+        took, cpu, least, size, queries, collected = page(client, url)
         print(
-            f"{label:<38} {took * 1000:5.0f} ms wall {cpu * 1000:5.0f} ms cpu {size / 1024:5.0f} KiB {queries} queries"
+            f"{label:<38} {took * 1000:5.0f} ms wall {cpu * 1000:5.0f} ms cpu (least {least * 1000:4.0f}) "
+            f"{size / 1024:5.0f} KiB {queries} queries, gc {collected}"
         )
     named = client.get(f"/api/v1/campaigns/{wide.pk}/fleet/").json()["outliers"]
     linked = client.get(f"/api/v1/campaigns/{links.pk}/links/").json()["outliers"]

@@ -16,6 +16,7 @@ from accounts.models import Team
 from accounts.selectors import may_share
 from campaigns import planning
 from campaigns import spec as spec_module
+from campaigns.drift import golden_node
 from campaigns.errors import CampaignError
 from campaigns.models import (
     Campaign,
@@ -79,6 +80,8 @@ def campaign_definition_check(*, data: dict[str, Any], owner: Any = None, team: 
     login_node = spec["launcher"].get("login_node")
     if login_node and not in_team(Node.objects.filter(name=login_node), team).exists():
         raise SpecError("launcher.login_node", f"no node named {login_node!r} in the inventory")
+    if spec["rules"].get("drift"):
+        golden_node(spec["rules"]["drift"], team)  # the golden node exists
     if spec["flush_storage"] and storage is None:
         raise SpecError("cache.flush_storage", "is true but the campaign names no storage system")
     existing = Campaign.objects.filter(name=spec["name"], team=team).first()

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from campaigns import dispatch
+from campaigns import dispatch, planning
 from campaigns.errors import CampaignError
 from campaigns.models import (
     RUN_ACTIVE,
@@ -28,7 +28,7 @@ from campaigns.models import (
     RunStatus,
 )
 from campaigns.reservations import campaign_advance_soon, campaign_release, campaign_wind_down
-from plugins.benchmarks.base import Metric
+from plugins.benchmarks.base import Metric, ParamError, get_benchmark
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,42 @@ def run_finish(*, run_id: int, status: str, error: str = "", kill: bool = False)
         if done and kill:
             transaction.on_commit(partial(dispatch.runner().kill, run_id))
         elif done:
+            if status == RunStatus.SUCCEEDED:
+                _run_follow_up(run_id)
             campaign_advance_soon(campaign_id=Run.objects.values_list("campaign_id", flat=True).get(pk=run_id))
     return done
+
+
+def _run_follow_up(run_id: int) -> Run | None:
+    """The run a benchmark asks for after this one succeeded (``Benchmark.follow_up``: a localisation's second
+    pass), added as the campaign's next run on the same hosts. In ``run_finish``'s transaction, once per run."""
+    run = Run.objects.select_related("campaign").get(pk=run_id)
+    metrics = [
+        Metric(name=r.name, value=r.value, unit=r.unit, host=r.host, labels=r.labels)
+        for r in run.results.exclude(host="")
+    ]
+    try:
+        asked = get_benchmark(run.campaign.kind).follow_up(planning.benchmark_params(run.params), metrics)
+    except ParamError as exc:  # never keeps the run from finishing
+        log.error("run %s: no follow-up run: %s", run.pk, exc)
+        return None
+    if asked is None:
+        return None
+    params = {**run.params, **asked}  # run-level parameters (nodes, env.*) kept
+    last = Run.objects.filter(campaign_id=run.campaign_id).order_by("-sequence").values_list("sequence", flat=True)
+    follow = Run.objects.create(
+        campaign_id=run.campaign_id,
+        sequence=last[0] + 1,
+        point=run.point,
+        params=params,
+        repetition=run.repetition,
+        is_warmup=run.is_warmup,
+    )
+    RunHost.objects.bulk_create(
+        RunHost(run=follow, node_id=h.node_id, host=h.host, address=h.address, command="", remote_dir="")
+        for h in run.hosts.all()
+    )
+    return follow
 
 
 def run_kill_request(*, run_id: int) -> None:

@@ -17,6 +17,7 @@ from campaigns.models import RUN_TERMINAL, Campaign, Result, Run, RunStatus
 from campaigns.plan import build_commands, build_layout, display_command, host_context, remote_root, run_host_infos
 from campaigns.verdicts import sample_stdev
 from common import numbers
+from inventory.drift import config_as_definition
 from plugins.benchmarks.base import ParamError, get_benchmark
 
 
@@ -101,6 +102,8 @@ def campaign_spec(*, campaign: Campaign) -> dict[str, Any]:
     for key in ("zip", "exclude", "overrides", "derived"):
         if campaign.rules.get(key):
             data[key] = campaign.rules[key]
+    if campaign.rules.get("drift"):
+        data["drift"] = config_as_definition(campaign.rules["drift"])
     if campaign.family:
         data["family"] = campaign.family
     if campaign.verdict:
@@ -182,7 +185,16 @@ def campaign_preview(*, campaign: Campaign, max_points: int = 50, nodes: list[An
         "kind": campaign.kind,
         "fixed": dict(campaign.fixed),
         "shown": points,
+        "drift": _drift_preview(campaign, nodes),
     }
+
+
+def _drift_preview(campaign: Campaign, nodes: list[Any]) -> dict[str, Any] | None:
+    """The drift gate's findings on the facts as stored (a launch collects stale ones again first)."""
+    from campaigns.drift import campaign_drift_check
+
+    report = campaign_drift_check(campaign=campaign, nodes=list(nodes), refresh=False)
+    return None if report is None else {**report.as_dict(), "messages": report.messages}
 
 
 def _explain_helpers(points: list[dict[str, Any]]) -> None:

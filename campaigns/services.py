@@ -42,6 +42,7 @@ from campaigns.definition import (
 from campaigns.definition import (
     select_nodes as select_nodes,
 )
+from campaigns.drift import campaign_drift_gate
 from campaigns.errors import CampaignError as CampaignError
 from campaigns.models import (
     RUN_ACTIVE,
@@ -149,6 +150,8 @@ def campaign_launch(*, campaign: Campaign, user: Any = None) -> Campaign:
     unusable = [n.name for n in nodes if n.status != NodeStatus.ACTIVE]
     if unusable:
         raise CampaignError(f"nodes not active (maintenance or retired): {', '.join(unusable)}", field="nodes")
+    if campaign.status == CampaignStatus.DRAFT:  # a launched one is refused below, without collecting facts
+        campaign_drift_gate(campaign=campaign, nodes=nodes)
     with transaction.atomic():
         now = timezone.now()
         if not campaign_transition(

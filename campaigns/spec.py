@@ -31,6 +31,8 @@ Format (see examples/campaigns/ and the README)::
     exclude: [{rw: randread, numjobs: 16}]            # points left out
     overrides: [{when: {model: vgg16}, set: {batch_size: 192}}]
     derived: {np: "nodes * gpus_per_node"}            # arithmetic over the point's numbers
+    drift: {mode: refuse, golden: lab1, expect: {kernel: 6.8.0}, fields: [kernel, "nic.*.mtu"], max_age: 10m}
+                                      # the drift gate before launch (inventory/drift.py): off by default
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import yaml
 from common.addresses import url_refusal
 from common.errors import FieldError
 from common.names import name_problem  # one rule for every name that becomes a path
+from inventory.drift import validate_config as validate_drift
 from plugins.benchmarks.base import ParamError, get_benchmark
 from plugins.launchers.slurm import validate_launcher
 from plugins.telemetry import validate_telemetry
@@ -50,7 +53,7 @@ from plugins.telemetry import validate_telemetry
 TOP_LEVEL = {
     "name", "description", "kind", "nodes", "node_tags", "storage", "repetitions", "warmup_runs", "cache",
     "timeout", "fixed", "matrix", "env", "zip", "exclude", "overrides", "derived", "mounts", "container",
-    "launcher", "family", "verdict", "telemetry", "statistic",
+    "launcher", "family", "verdict", "telemetry", "statistic", "drift",
 }  # fmt: skip
 STATISTICS = ("mean", "median")  # campaigns.models.Statistic: what a point's repetitions are summed up by
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -152,6 +155,9 @@ def validate(data: dict[str, Any]) -> dict[str, Any]:
     if overlap:
         raise SpecError(f"matrix.{overlap[0]}", "is also set in fixed; set it in one place")
     rules = _rules(data, matrix, fixed)
+    drift = validate_drift(data.get("drift"))
+    if drift:
+        rules["drift"] = drift
     spec = {
         "name": name,
         "description": str(data.get("description") or ""),

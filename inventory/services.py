@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -137,6 +138,22 @@ def node_collect_facts(*, node_ids: Iterable[int]) -> None:
     """Queue the collection of these nodes' facts, one task each, once the current transaction commits."""
     for node_id in node_ids:
         transaction.on_commit(partial(dispatch.collect_facts(), node_id))
+
+
+def node_facts_refresh(*, nodes: Iterable[Node], max_age_s: float) -> dict[str, str]:
+    """Collect now, and wait for, the facts of those ``nodes`` whose facts are older than ``max_age_s`` seconds (or
+    were never collected); reloads them into the given objects. Returns {node name: why it failed}."""
+    nodes = list(nodes)
+    cutoff = timezone.now() - timedelta(seconds=max_age_s)
+    stale = [n for n in nodes if n.facts_collected_at is None or n.facts_collected_at < cutoff]
+    if not stale:
+        return {}
+    errors = dispatch.refresh_facts()([n.pk for n in stale])
+    fresh = Node.objects.in_bulk([n.pk for n in stale])
+    for node in stale:
+        if node.pk in fresh:
+            node.facts, node.facts_collected_at = fresh[node.pk].facts, fresh[node.pk].facts_collected_at
+    return {node.name: errors[node.pk] for node in stale if node.pk in errors}
 
 
 def node_store_facts(*, node: Node, facts: dict[str, Any]) -> Node:

@@ -287,6 +287,8 @@ RACKBENCH: dict[str, Any] = {
     "STALE_AFTER": env_float("RACKBENCH_STALE_AFTER", 30.0, minimum=1.0),
     # Seconds a step's lease lasts; the task at work renews it every third of that (runners.tasks._step_lease).
     "STEP_LEASE": env_float("RACKBENCH_STEP_LEASE", 15.0, minimum=0.3),
+    # Seconds a node's facts are trusted by a campaign's drift gate; older ones are collected again before a launch.
+    "FACTS_MAX_AGE": env_float("RACKBENCH_FACTS_MAX_AGE", 3600.0, minimum=0.0),
     "MAX_RESUMES": env_int("RACKBENCH_MAX_RESUMES", 3, minimum=0),
     "REMOTE_ROOT": env_str("RACKBENCH_REMOTE_ROOT", ".rackbench"),
     "LAB_DIR": Path(env_str("RACKBENCH_LAB_DIR", str(DATA_DIR / "lab"))),

@@ -12,3 +12,4 @@ class RunnersConfig(AppConfig):
 
         campaigns_dispatch.runner.connect(dispatch.CeleryRunner())
         inventory_dispatch.collect_facts.connect(dispatch.collect_facts)
+        inventory_dispatch.refresh_facts.connect(dispatch.refresh_facts)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from runners import tasks
+from inventory.models import Node
+from runners import facts, remote, tasks
 
 
 class CeleryRunner:
@@ -35,3 +36,10 @@ class CeleryRunner:
 
 def collect_facts(node_id: int) -> None:
     tasks.collect_facts_task.delay(node_id)
+
+
+def refresh_facts(node_ids: list[int]) -> dict[int, str]:
+    """Collect and store these nodes' facts at once, over the pooled fan-out; {node id: error} for the failures."""
+    nodes = list(Node.objects.select_related("credential").filter(pk__in=node_ids))
+    results = remote.fan_out(nodes, facts.collect_facts)
+    return {node.pk: str(result) for node, result in zip(nodes, results, strict=True) if isinstance(result, Exception)}

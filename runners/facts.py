@@ -52,6 +52,16 @@ section nvidia-smi
 if command -v nvidia-smi >/dev/null 2>&1; then
   $T nvidia-smi --query-gpu={",".join(NVIDIA_SMI_FIELDS)} --format=csv 2>&1
 fi
+section gpu-clocks
+if command -v nvidia-smi >/dev/null 2>&1; then
+  $T nvidia-smi --query-gpu=clocks.max.sm --format=csv,noheader,nounits 2>/dev/null
+fi
+section cuda
+if command -v nvidia-smi >/dev/null 2>&1; then $T nvidia-smi 2>/dev/null | grep -m1 -o 'CUDA Version: *[0-9.]*'; fi
+section nccl
+for lib in $(ldconfig -p 2>/dev/null | awk '/libnccl\\.so/ {{print $NF}}'); do readlink -f "$lib"; done
+section ofed
+if command -v ofed_info >/dev/null 2>&1; then $T ofed_info -s 2>/dev/null; fi
 section ip-addr; ip -j addr 2>/dev/null
 section link-speed
 for dev in /sys/class/net/*; do printf '%s %s\\n' "${{dev##*/}}" "$(cat "$dev/speed" 2>/dev/null)"; done
@@ -131,6 +141,10 @@ def parse_facts(output: str) -> dict[str, Any]:
         "cpu_sockets": cpu.get("sockets"),
         "ram_mb": parsed("meminfo", parse_meminfo, None),
         **gpu_summary(gpus),
+        "gpu_max_sm_clocks_mhz": parsed("gpu-clocks", parse_gpu_clocks, []),
+        "cuda_version": parse_cuda_version(sections.get("cuda", "")),
+        "nccl_version": parse_nccl_version(sections.get("nccl", "")),
+        "ofed_version": sections.get("ofed", "").strip().rstrip(":")[:100],
         "nics": nics,
         "ib_devices": parsed("ibv-devinfo", parse_ibv_devinfo, []),
         "mounts": parsed("mounts", parse_mounts, []),
@@ -239,6 +253,24 @@ def gpu_summary(gpus: list[dict[str, Any]]) -> dict[str, Any]:
         "gpu_memory_mb": memory,
         "driver_version": driver,
     }
+
+
+def parse_gpu_clocks(text: str) -> list[int]:
+    """Each GPU's maximum SM clock (MHz), from ``nvidia-smi --query-gpu=clocks.max.sm --format=csv,noheader,nounits``;
+    a GPU that does not report it is left out."""
+    return [clock for line in text.splitlines() if (clock := _int(line)) is not None]
+
+
+def parse_cuda_version(text: str) -> str:
+    """The CUDA version the driver supports, from nvidia-smi's banner (``CUDA Version: 12.4``)."""
+    match = re.search(r"CUDA Version:\s*([0-9.]+)", text)
+    return match.group(1) if match else ""
+
+
+def parse_nccl_version(text: str) -> str:
+    """The newest NCCL among the libraries ldconfig knows (``/usr/lib/.../libnccl.so.2.21.5``)."""
+    versions = re.findall(r"libnccl\.so\.([0-9]+(?:\.[0-9]+)*)\s*$", text, re.MULTILINE)
+    return max(versions, key=lambda v: [int(p) for p in v.split(".")], default="")
 
 
 # --- network ----------------------------------------------------------------------------------

@@ -118,6 +118,26 @@ def test_it_parses_the_whole_script_output_of_this_development_machine() -> None
     assert found["errors"] == {}
 
 
+def test_it_reads_the_software_the_drift_gate_compares() -> None:
+    sections = {
+        "gpu-clocks": "1980\n1980\n[N/A]\n",
+        # grep -o of nvidia-smi's banner: "| NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: 12.4 |"
+        "cuda": "CUDA Version: 12.4",
+        # readlink -f of each libnccl path ldconfig -p lists
+        "nccl": "/usr/lib/x86_64-linux-gnu/libnccl.so.2.9.9\n/usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5",
+        "ofed": "MLNX_OFED_LINUX-23.10-1.1.9.0:",  # ofed_info -s
+    }
+    output = fixture("script_output_local_vm.txt").replace(
+        f"{facts.MARKER}end@@",
+        "".join(f"{facts.MARKER}{k}@@\n{v}\n" for k, v in sections.items()) + f"{facts.MARKER}end@@",
+    )
+    found = facts.parse_facts(output)
+
+    assert found["gpu_max_sm_clocks_mhz"] == [1980, 1980]
+    assert (found["cuda_version"], found["nccl_version"]) == ("12.4", "2.21.5")
+    assert found["ofed_version"] == "MLNX_OFED_LINUX-23.10-1.1.9.0"
+
+
 def test_it_refuses_output_that_was_cut_short() -> None:
     truncated = fixture("script_output_local_vm.txt").split(f"{facts.MARKER}mounts@@")[0]
     with pytest.raises(facts.FactsError):

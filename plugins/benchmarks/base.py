@@ -134,6 +134,11 @@ class Benchmark:
             if (name, host) not in found
         ]
 
+    def follow_up(self, params: dict[str, Any], metrics: list[Metric]) -> dict[str, Any] | None:
+        """The parameters of a run the campaign adds after a run of ``params`` succeeded with these per-host
+        ``metrics`` (a localisation's second pass), or None; it runs on the same hosts."""
+        return None
+
     def check(self, params: dict[str, Any], metrics: list[Metric], logs: dict[str, str]) -> list[str]:
         """Run-level sanity checks beyond missing metrics (e.g. the NCCL transport); empty when all is well."""
         return []

@@ -6,6 +6,13 @@ Topology (param ``topology``), as (sender, receiver) flows over the run's host l
 - ``pairs`` (default): host 0 sends to host 1, host 2 to host 3, ...; an odd host count is refused.
 - ``to_first``: every other host sends to host 0 at once (many clients to one server, e.g. nodes to storage).
 - ``all_to_all``: every host sends to every other host at once.
+- ``ring``: every host sends to the next one at once, the last to the first (each host sends one flow, receives one).
+- ``two_pass`` (iperf3): two-pass localisation (plugins/localise.py). The run is pass 1: random disjoint pairs
+  (``seed``), both directions, in rounds as ``all_pairs`` runs them. A pair whose worse direction is below
+  ``threshold`` (0.7) x the median pair is low; when some are and some are not, the campaign adds a run of pass 2
+  (``follow_up``: ``localise_pass: 2``, ``partners: SUSPECT:GOOD,...``, ``reference_bps``) re-testing each node of
+  a low pair with a node of a good pair; a node is bad only if it is low with a good partner too
+  (``localise.judge``; the fleet's links page shows the verdict).
 - ``all_pairs`` (iperf3): every host sends to every other host, in rounds of disjoint pairs (the circle method:
   n-1 rounds for n hosts, n rounds when n is odd, one host then sitting out each round); in each round both hosts
   of a pair send to each other. A link is then measured without other flows through its ends, and the N x N matrix
@@ -68,6 +75,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from common import parameters
+from plugins import localise
 from plugins.benchmarks.base import (
     Benchmark,
     HostCommand,
@@ -81,7 +89,9 @@ from plugins.benchmarks.base import (
 )
 from plugins.tools import iperf_helper
 
-TOPOLOGIES = ("pairs", "to_first", "all_to_all", "all_pairs")
+TOPOLOGIES = ("pairs", "to_first", "all_to_all", "all_pairs", "ring", "two_pass")
+IN_ROUNDS = ("all_pairs", "two_pass")  # one server per host, clients round after round (see all_pairs)
+LOCALISING = ("seed", "threshold", "localise_pass", "partners", "reference_bps")  # two_pass only
 SEND = "send"
 RECEIVE = "receive"
 HELPER = "rackbench_iperf.py"
@@ -127,6 +137,11 @@ class _Params:
     length: str | None
     interface_address: dict[str, str] = field(default_factory=dict)
     udp: bool = False
+    seed: int = 0
+    threshold: float = 0.7
+    localise_pass: int = 1
+    partners: tuple[tuple[str, str], ...] = ()
+    reference_bps: float | None = None
 
 
 def _quantity(pattern: str, expected: str, *, zero: bool) -> parameters.Check:
@@ -162,6 +177,14 @@ def _interface_addresses(value: Any) -> dict[str, str]:
     return found
 
 
+def _partners(value: Any) -> tuple[tuple[str, str], ...]:
+    """Pass 2's pairs as text, "SUSPECT:PARTNER,..." (a run's parameters are single values)."""
+    pairs = [p.strip().partition(":") for p in str(value).split(",") if p.strip()]
+    if any(not sep or not a or not b or a == b for a, sep, b in pairs):
+        raise ValueError(f"must be NODE:NODE pairs of two hosts separated by commas, got {value!r}")
+    return tuple((a.strip(), b.strip()) for a, _, b in pairs)
+
+
 _BITRATE = _quantity(
     r"[0-9]{1,12}(\.[0-9]{1,6})?[KMGkmg]?", "bits per second such as 10G, 500M or 0 (no limit)", zero=True
 )
@@ -182,6 +205,13 @@ PARAMS: dict[str, tuple[parameters.Check, Any]] = {
     "length": (_SIZE, None),  # -l: read/write buffer length
     "interface_address": (_interface_addresses, {}),
     "udp": (parameters.boolean, False),  # -u: UDP at ``bitrate`` (iperf's default 1 Mbit/s without it)
+    # two_pass (plugins/localise.py): pass 1's random pairing, and what makes a pair low (a share of the median pair)
+    "seed": (parameters.integer(0, 2**31), 0),
+    "threshold": (parameters.number(0.01, 1), 0.7),
+    # Set on the run of pass 2, which the campaign adds after pass 1 (follow_up): its pairs and pass 1's reference.
+    "localise_pass": (parameters.integer(1, 2), 1),
+    "partners": (_partners, ()),
+    "reference_bps": (parameters.number(0, 1e15), None),
 }
 
 
@@ -217,6 +247,8 @@ def _flows(topology: str, count: int) -> list[tuple[int, int]]:
         return [(s, 0) for s in range(1, count)]
     if topology == "all_pairs":
         return [flow for pairs in pair_rounds(count) for a, b in pairs for flow in ((a, b), (b, a))]
+    if topology == "ring":
+        return [(s, (s + 1) % count) for s in range(count)]
     return [(s, r) for s in range(count) for r in range(count) if s != r]
 
 
@@ -282,8 +314,17 @@ class _Iperf(Benchmark):
         merged["port"] = merged["port"] or self.default_port
         if merged["reverse"] and merged["bidir"]:
             raise ParamError("bidir", "reverse and bidir exclude each other: bidir already runs both directions")
-        if merged["topology"] == "all_pairs" and (merged["reverse"] or merged["bidir"]):
-            raise ParamError("topology", "all_pairs measures both directions of every pair; leave reverse/bidir off")
+        if merged["topology"] in IN_ROUNDS and (merged["reverse"] or merged["bidir"]):
+            topology = merged["topology"]
+            raise ParamError("topology", f"{topology} measures both directions of every pair; leave reverse/bidir off")
+        given = sorted(set(values) & set(LOCALISING))
+        if given and merged["topology"] != "two_pass":
+            raise ParamError(given[0], "applies to topology two_pass only")
+        second_only = sorted(set(given) & {"partners", "reference_bps"})
+        if second_only and merged["localise_pass"] == 1:
+            raise ParamError(second_only[0], "is set by the campaign on the run of pass 2 (localise_pass: 2)")
+        if merged["localise_pass"] == 2 and (not merged["partners"] or merged["reference_bps"] is None):
+            raise ParamError("partners", "pass 2 needs its partners and pass 1's reference_bps")
         if merged["omit"] >= merged["duration"]:
             raise ParamError("omit", f"must be shorter than duration ({merged['duration']} s)")
         if self.udp_forward_only and merged["udp"] and (merged["reverse"] or merged["bidir"]):
@@ -304,13 +345,13 @@ class _Iperf(Benchmark):
         unknown = sorted(set(p.interface_address) - {h.name for h in hosts})
         if unknown:
             raise ParamError("interface_address", f"names no host of this run: {', '.join(unknown)}")
-        top_port = p.port + (0 if p.topology == "all_pairs" else max(s for s, _ in flows))
+        top_port = p.port + (0 if p.topology in IN_ROUNDS else max(s for s, _ in flows))
         if top_port > 65_535:
             raise ParamError("port", f"{p.port} + sender index reaches {top_port}, past 65535; choose a lower port")
         addresses = [_address(h, p.interface_address) for h in hosts]
         me = host.index
-        if p.topology == "all_pairs":
-            return self._all_pairs(p, hosts, addresses, me, host.env)
+        if p.topology in IN_ROUNDS:
+            return self._in_rounds(p, hosts, addresses, me, host.env, self._rounds(p, hosts))
         serving = [_Flow(hosts[s].name, addresses[me], p.port + s, addresses[me]) for s, r in flows if r == me]
         sending = [_Flow(hosts[r].name, addresses[r], p.port + me, addresses[me]) for s, r in flows if s == me]
         commands = []
@@ -322,15 +363,35 @@ class _Iperf(Benchmark):
             return None
         return commands[0] if len(commands) == 1 else commands
 
-    def _all_pairs(
-        self, p: _Params, hosts: tuple[HostInfo, ...], addresses: list[str], me: int, env: dict[str, str]
-    ) -> list[HostCommand]:
-        """One server on ``port`` (so a receiver serves one flow at a time), and the host's clients in round order."""
+    def _rounds(self, p: _Params, hosts: tuple[HostInfo, ...]) -> list[list[tuple[int, int]]]:
+        """The rounds of pairs: every pair (all_pairs), pass 1's random pairs or pass 2's partners (two_pass)."""
+        if p.topology == "all_pairs":
+            return pair_rounds(len(hosts))
+        if p.localise_pass == 1:
+            return localise.random_pair_rounds(len(hosts), p.seed)
+        index = {h.name: i for i, h in enumerate(hosts)}
+        unknown = sorted({name for pair in p.partners for name in pair} - set(index))
+        if unknown:
+            raise ParamError("partners", f"names no host of this run: {', '.join(unknown)}")
+        return localise.rounds_of([(index[a], index[b]) for a, b in p.partners])
+
+    def _in_rounds(
+        self,
+        p: _Params,
+        hosts: tuple[HostInfo, ...],
+        addresses: list[str],
+        me: int,
+        env: dict[str, str],
+        rounds: list[list[tuple[int, int]]],
+    ) -> list[HostCommand] | None:
+        """One server on ``port`` (so a receiver serves one flow at a time), and the host's clients in round order;
+        nothing on a host no pair names (pass 2's hosts that are neither suspect nor partner)."""
         if not self.serves_one_at_a_time:
             raise ParamError(
-                "topology", f"all_pairs needs iperf3 (its server serves one test at a time); not {self.kind}"
+                "topology", f"{p.topology} needs iperf3 (its server serves one test at a time); not {self.kind}"
             )
-        rounds = pair_rounds(len(hosts))
+        if not any(me in pair for pairs in rounds for pair in pairs):
+            return None
         sending = [
             _Flow(hosts[partner].name, addresses[partner], p.port, addresses[me], round=number)
             for number, pairs in enumerate(rounds)
@@ -431,6 +492,17 @@ class _Iperf(Benchmark):
             out.append(_metric("jitter_ms", max(jitter), "", {}))
         return out
 
+    def follow_up(self, params: dict[str, Any], metrics: list[Metric]) -> dict[str, Any] | None:
+        """two_pass: after pass 1, the parameters of pass 2 (each suspect with a known-good partner), or None."""
+        p = self.params(params)
+        if p.topology != "two_pass" or p.localise_pass != 1:
+            return None
+        second = localise.plan_second_pass(send_flows(metrics), threshold=p.threshold)
+        if second is None:
+            return None
+        partners = ",".join(f"{suspect}:{partner}" for suspect, partner in second.partners)
+        return {**params, "localise_pass": 2, "partners": partners, "reference_bps": second.reference}
+
     def missing(self, metrics: list[Metric], hosts: list[str]) -> list[str]:
         """Every host that ran clients must report the throughput of its flows."""
         reporting = {m.host for m in metrics if m.name == "throughput_bps" and "peer" in m.labels}
@@ -451,6 +523,25 @@ class _Iperf(Benchmark):
             for h, got in sorted(measured.items())
             if got != wanted
         ]
+
+
+def send_flows(metrics: list[Metric]) -> localise.Flows:
+    """{(sender, receiver): bit/s} of the flows in a run's per-host metrics."""
+    return {
+        (m.host, str(m.labels["peer"])): m.value
+        for m in metrics
+        if m.name == "throughput_bps" and m.host and m.labels.get("direction") == SEND and "peer" in m.labels
+    }
+
+
+def second_pass_of(params: dict[str, Any]) -> localise.SecondPass | None:
+    """What a run of pass 2 re-tests (from its parameters), to judge its flows with ``localise.judge``."""
+    p = Iperf3().params(params)
+    if p.topology != "two_pass" or p.localise_pass != 2 or p.reference_bps is None:
+        return None
+    suspects = [suspect for suspect, _ in p.partners]
+    good = sorted({partner for _, partner in p.partners})
+    return localise.SecondPass(suspects, good, list(p.partners), p.reference_bps)
 
 
 @dataclass(frozen=True)
