@@ -15,6 +15,7 @@ ends is an outlier node is a bad link.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -93,6 +94,7 @@ class Column:
     params: str  # the point's parameters, "k=v, ..."
     unit: str
     higher_is_better: bool
+    judged: bool = True  # False: context (the plug-in's MetricSpec.judged), scored but never an outlier
 
     @property
     def title(self) -> str:
@@ -167,7 +169,10 @@ def _fleet_view(
     for index, column in enumerate(columns):
         medians = {node: _median(found) for node, found in grouped[column].items()}
         scores = robust_scores(
-            medians, higher_is_better=column.higher_is_better, threshold=threshold, min_spread=min_spread
+            medians,
+            higher_is_better=column.higher_is_better,
+            threshold=threshold if column.judged else math.inf,
+            min_spread=min_spread,
         )
         for node, score in scores.items():
             cell = cells[(node, index)] = Cell(score, tuple(grouped[column][node]))

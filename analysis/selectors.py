@@ -435,6 +435,7 @@ def campaign_fleet_samples(*, campaign: Campaign) -> list[tuple[fleet.Column, st
                     params=fleet.label_text(params.get(point) or {}, leave_out=()),
                     unit=unit,
                     higher_is_better=spec.higher_is_better if spec else True,
+                    judged=spec.judged if spec else True,
                 )
             samples.append((column, host, values))
     return samples

@@ -17,6 +17,7 @@ from rest_framework.test import APIClient
 from analysis import fleet
 from campaigns.models import Campaign, CampaignStatus, Result, Run, RunStatus
 from common.errors import ParamError
+from plugins.benchmarks.base import get_benchmark
 
 _sequence = count(1)
 
@@ -55,6 +56,21 @@ def test_the_threshold_is_the_users_and_is_checked_naming_its_field() -> None:
         with pytest.raises(ParamError) as raised:
             fleet.parse_threshold(bad)
         assert raised.value.field == "threshold"
+
+
+def test_a_context_metric_is_scored_but_never_makes_a_node_an_outlier() -> None:
+    # a host's CPU use during iperf3 is context: a busy neighbour on a shared machine must not name the node
+    def column(name: str, judged: bool) -> fleet.Column:
+        return fleet.Column(0, name, "", "", "%", False, judged=judged)
+
+    cpu, loss = column("cpu_local_percent", judged=False), column("lost_percent", judged=True)
+    samples = [
+        (c, node, [value]) for c in (cpu, loss) for node, value in {"n1": 1, "n2": 1.1, "n3": 0.9, "n4": 9}.items()
+    ]
+    view = fleet.fleet_view(samples)
+    assert [o.node for o in view.outliers] == ["n4"]
+    assert [c.name for c, _ in view.outliers[0].evidence] == ["lost_percent"]
+    assert get_benchmark("iperf3").spec("cpu_local_percent").judged is False  # type: ignore[union-attr]
 
 
 # --- the link matrix ----------------------------------------------------------------------------------------------

@@ -19,6 +19,9 @@ class MetricSpec:
     unit: str
     higher_is_better: bool
     description: str = ""
+    # False for context rather than a measure of the node (a host's CPU use during a network test): shown and
+    # exported like the others, never what makes a node an outlier in the fleet view.
+    judged: bool = True
 
 
 @dataclass(frozen=True)

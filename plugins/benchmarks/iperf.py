@@ -104,8 +104,10 @@ DEFAULT_CONNECT_TIMEOUT = 10  # seconds; iperf3 --connect-timeout (3.2+) takes m
 METRICS = (
     MetricSpec("throughput_bps", "bit/s", True, "TCP goodput of one flow, as its receiver counted it"),
     MetricSpec("retransmits", "count", False, "TCP retransmissions of the flow's sending side (iperf3)"),
-    MetricSpec("cpu_local_percent", "%", False, "CPU use of the client host during the test (iperf3)"),
-    MetricSpec("cpu_remote_percent", "%", False, "CPU use of the server host during the test (iperf3)"),
+    MetricSpec("cpu_local_percent", "%", False, "CPU use of the client host during the test (iperf3)",
+               judged=False),
+    MetricSpec("cpu_remote_percent", "%", False, "CPU use of the server host during the test (iperf3)",
+               judged=False),
     MetricSpec("jitter_ms", "ms", False, "UDP: packet delay variation the receiver measured (RFC 1889); across "
                "flows, the largest"),
     MetricSpec("lost_packets", "count", False, "UDP: datagrams the receiver never got"),
