@@ -10,7 +10,9 @@ from plugins.launchers.slurm import (
     BUSY,
     SlurmState,
     drain_argv,
+    node_state_argv,
     parse_job_id,
+    parse_node_state,
     parse_sacct,
     parse_squeue,
     resume_argv,
@@ -94,6 +96,16 @@ def node_drain(target: remote.Target, node: str, reason: str) -> None:
 def node_resume(target: remote.Target, node: str) -> None:
     """Give the drained Slurm node ``node`` back to the scheduler."""
     _scontrol(target, resume_argv(node), f"resuming Slurm node {node}")
+
+
+def node_state(target: remote.Target, node: str) -> tuple[str, str]:
+    """The Slurm node's (state, reason), e.g. ("drained", "rackbench suite run ...")."""
+    result = target.run(shlex.join(node_state_argv(node)))
+    if not result.ok:
+        detail = (result.stderr or result.stdout).strip()[-500:]
+        error = ssh.TransientSSHError if BUSY.search(detail) else ssh.PermanentSSHError
+        raise error(target.endpoint, f"reading Slurm node {node}'s state (sinfo) failed: {detail}")
+    return parse_node_state(result.stdout)
 
 
 def _scontrol(target: remote.Target, argv: list[str], what: str) -> None:

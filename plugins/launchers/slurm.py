@@ -255,6 +255,20 @@ def resume_argv(node: str) -> list[str]:
     return ["scontrol", "update", f"NodeName={node}", "State=RESUME"]
 
 
+def node_state_argv(node: str) -> list[str]:
+    """``sinfo`` printing the node's state and reason as ``STATE|REASON``."""
+    if not NAME.match(node):
+        raise ParamError("node", f"not a Slurm node name: {node[:40]!r}")
+    return ["sinfo", "-h", "-N", "-n", node, "-o", "%T|%E"]
+
+
+def parse_node_state(text: str) -> tuple[str, str]:
+    """(state, reason) from ``node_state_argv``'s answer; ("", "") when sinfo does not know the node."""
+    line = next((line for line in text.splitlines() if "|" in line), "")
+    state, _, reason = line.partition("|")
+    return state.strip().lower(), reason.strip()
+
+
 def submit_line(run_dir: str) -> str:
     """Submit the run directory's batch script at most once; prints the job id (sbatch --parsable's answer)."""
     d = shlex.quote(run_dir)
