@@ -18,7 +18,7 @@ from django.http import Http404, HttpRequest
 from accounts.selectors import visible
 from analysis import fleet
 from analysis.forms import Pick, parse_size
-from campaigns.models import Campaign, Result, Run, RunHost, RunStatus
+from campaigns.models import SUITE_FAMILY_PREFIX, Campaign, Result, Run, RunHost, RunStatus
 from inventory.models import StorageSystem
 from plugins.benchmarks import training
 from plugins.benchmarks.base import get_benchmark
@@ -440,6 +440,19 @@ def campaign_link_flows(*, campaign: Campaign, point: int | None = None) -> list
 def campaign_link_points(*, campaign: Campaign) -> list[int]:
     rows = Result.objects.filter(HOST_RESULTS, run__campaign=campaign, name="throughput_bps", labels__has_key="peer")
     return sorted(set(rows.values_list("run__point", flat=True)))
+
+
+def suite_run_team(*, request: HttpRequest, name: str) -> Any:
+    """The team of the suite run ``name`` the user may see (None: shared); a run they may not see is a 404."""
+    campaign = (
+        visible_campaigns(request=request)
+        .filter(name__startswith=f"{name}-", family__startswith=SUITE_FAMILY_PREFIX)
+        .select_related("team")
+        .first()
+    )
+    if campaign is None:
+        raise Http404(f"no suite run named {name[:80]!r}")
+    return campaign.team
 
 
 def campaign_by_id(*, request: HttpRequest, pk: int) -> Campaign:

@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.safestring import mark_safe
 
-from analysis import calculations, charts, exports, fleet, forms, reports, selectors
+from analysis import calculations, charts, exports, fleet, forms, health, reports, selectors
 from campaigns import selectors as campaign_selectors
 from campaigns.models import Campaign
 from common.errors import ParamError
@@ -177,12 +177,27 @@ def storage(request: HttpRequest) -> HttpResponse:
     return _render(request, "analysis/storage.html", context, name="storage-demand", tables=tables, figure=figure)
 
 
-def _threshold(request: HttpRequest, errors: list[str]) -> float:
+def _threshold(
+    request: HttpRequest, errors: list[str], *, key: str = "threshold", default: float = fleet.DEFAULT_THRESHOLD
+) -> float:
+    raw = request.GET.get(key)
     try:
-        return fleet.parse_threshold(request.GET.get("threshold"))
+        return fleet.parse_threshold(raw) if raw else default
     except ParamError as exc:
-        errors.append(f"threshold: {exc}")
-        return fleet.DEFAULT_THRESHOLD
+        errors.append(f"{key}: {exc}")
+        return default
+
+
+@login_required
+def suite_run_page(request: HttpRequest, name: str) -> HttpResponse:
+    """A health suite run: every node healthy, suspect or failed, with reasons and evidence."""
+    team = selectors.suite_run_team(request=request, name=name)
+    errors: list[str] = []
+    threshold = _threshold(request, errors)
+    suspect = _threshold(request, errors, key="suspect_threshold", default=health.DEFAULT_SUSPECT_THRESHOLD)
+    outcome = health.suite_run_outcome(name=name, team=team, threshold=threshold, suspect_threshold=suspect)
+    context = {"errors": errors, "outcome": outcome, "counts": outcome.counts()}
+    return _render(request, "analysis/suite_run.html", context, name=f"{name}-suite", tables=[])
 
 
 @login_required

@@ -580,7 +580,7 @@ class SuiteViewSet(ScopedMixin, viewsets.ViewSet):
         data = form.validated_data
         team = team_for_new(self.scope, data.pop("team", None))
         created = suites.suite_launch(slug=slug, owner=request.user, team=team, **data)
-        name = created[0].name.rsplit("-", 1)[0]
+        name = created[0].suite_run_name
         return Response({"name": name, "campaigns": [{"id": c.pk, "name": c.name} for c in created]}, status=201)
 
 

@@ -97,6 +97,11 @@ class Campaign(models.Model):
         return self.family.startswith(SUITE_FAMILY_PREFIX)
 
     @property
+    def suite_run_name(self) -> str:
+        """The health suite run this campaign is a step of (its name is RUN-STEP); empty for other campaigns."""
+        return self.name.rsplit("-", 1)[0] if self.is_health_check else ""
+
+    @property
     def usable_node_statuses(self) -> frozenset[str]:
         """The node statuses its runs may start on."""
         if self.is_health_check:

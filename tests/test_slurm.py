@@ -685,3 +685,26 @@ def test_it_refuses_what_slurm_runs_cannot_do_yet(
     run = campaign.runs.get()
     assert run.error.startswith("launcher: ") and words in run.error
     assert not run.hosts.exclude(slurm_job_id="").exists()
+
+
+# --- draining a node (health suites' action) ------------------------------------------------------------
+
+
+def sinfo_state() -> tuple[str, str]:
+    argv = slurm.node_state_argv(SLURM_NODE)
+    return slurm.parse_node_state(subprocess.run(argv, capture_output=True, text=True, env=slurm_env()).stdout)
+
+
+def test_the_drain_and_resume_command_lines_work_on_a_real_slurm(slurm_cluster: Path) -> None:
+    """scontrol update needs a Slurm administrator (here root, as the test Slurm's SlurmUser): the command lines run
+    on this machine; on a cluster the worker runs the same argv on the login node over SSH."""
+    reason = "rackbench suite run r1: step_failed:check, outlier:network.throughput_bps; `id` $(x)"
+    drained = subprocess.run(slurm.drain_argv(SLURM_NODE, reason), capture_output=True, text=True, env=slurm_env())
+    try:
+        assert drained.returncode == 0, drained.stderr
+        state, why = sinfo_state()
+        assert "drain" in state
+        assert why == "rackbench suite run r1: step_failed:check, outlier:network.throughput_bps; id (x)"
+    finally:
+        subprocess.run(slurm.resume_argv(SLURM_NODE), capture_output=True, env=slurm_env(), check=True)
+    assert "drain" not in sinfo_state()[0]

@@ -378,3 +378,25 @@ def test_the_api_launches_a_suite_and_gives_the_verdicts_and_acts_for_the_team_o
     other.force_authenticate(outsider)
     assert other.get("/api/v1/suite-runs/t1/").status_code == 404
     assert other.post("/api/v1/suite-runs/t1/act/", {"maintenance": True}, format="json").status_code == 404
+
+
+@pytest.mark.django_db
+def test_the_suite_run_page_shows_each_nodes_verdict_with_evidence_and_refuses_the_outsider(
+    owner: Any, outsider: Any, team: Any, client: Any
+) -> None:
+    for i, n in enumerate(NODES, 1):
+        node_upsert(name=n, address=f"10.0.0.{i}", team=team)
+    stored_suite_run("t1")
+    Campaign.objects.filter(name__startswith="t1-").update(team=team)
+
+    client.force_login(owner)
+    page = client.get("/analysis/suite-runs/t1/").content.decode()
+    assert "2 healthy · 0 suspect · 2 failed" in page
+    assert "step_failed:check: exited with code 1: GPU 2: row remap pending" in page
+    assert "outlier:network.throughput_bps" in page and "30% of it" in page
+    detail = client.get(f"/campaigns/{Campaign.objects.get(name='t1-check').pk}/").content.decode()
+    assert 'href="/analysis/suite-runs/t1/"' in detail
+    assert "threshold: " in client.get("/analysis/suite-runs/t1/?threshold=x").content.decode()
+
+    client.force_login(outsider)
+    assert client.get("/analysis/suite-runs/t1/").status_code == 404

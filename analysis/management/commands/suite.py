@@ -53,7 +53,7 @@ class Command(BaseCommand):
         if acting and not wait:
             raise CommandError("--maintenance and --slurm-login-node act once the run has ended: add --wait")
         created = suites.suite_launch(slug=suite, nodes=_csv(nodes), name=name, steps=_csv(steps) or None)
-        run_name = created[0].name.rsplit("-", 1)[0]
+        run_name = created[0].suite_run_name
         self.stdout.write(f"launched suite run {run_name}: {', '.join(c.name for c in created)}")
         if not wait:
             return
