@@ -113,7 +113,7 @@ def _from_preset(step: dict[str, Any], where: str) -> dict[str, Any]:
         raise SpecError(where, f"no preset named {slug!r}")
     base = {k: v for k, v in preset.campaigns[0].items() if k != "suffix"}
     fixed = {**(base.get("fixed") or {}), **(step.pop("fixed", None) or {})}
-    overridden = {name for name in fixed} & set(base.get("matrix") or {})
+    overridden = set(fixed) & set(base.get("matrix") or {})
     matrix = {k: v for k, v in (base.get("matrix") or {}).items() if k not in overridden}
     return {**base, **step, "fixed": fixed, "matrix": matrix}
 

@@ -94,6 +94,12 @@ def test_a_suite_run_is_one_launched_campaign_per_step(nodes: list[Node]) -> Non
     assert suites.step_of(created[1]) == ("quick", "network")
 
 
+def test_every_step_of_the_acceptance_suite_builds_on_the_nodes(nodes: list[Node]) -> None:
+    created = suites.suite_launch(slug="acceptance", nodes=NODES, name="acc")
+    assert [c.name for c in created] == ["acc-check", "acc-network", "acc-collective", "acc-training", "acc-storage"]
+    assert created[1].repetitions == 3 and created[4].runs.count() == 2  # fio: read and write
+
+
 def test_a_suite_run_may_pick_steps_and_refuses_unknown_ones_and_a_second_run_of_the_same_name(
     nodes: list[Node],
 ) -> None:
