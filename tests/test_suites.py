@@ -406,3 +406,26 @@ def test_the_suite_run_page_shows_each_nodes_verdict_with_evidence_and_refuses_t
 
     client.force_login(outsider)
     assert client.get("/analysis/suite-runs/t1/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_the_suites_page_launches_a_suite_on_the_teams_nodes_and_names_what_is_wrong(
+    owner: Any, outsider: Any, team: Any, client: Any
+) -> None:
+    AllowedCommand.objects.create(name="health-check", program="true")
+    for i, n in enumerate(NODES, 1):
+        node_upsert(name=n, address=f"10.0.0.{i}", team=team)
+    client.force_login(owner)
+    assert "Run quick" in client.get("/analysis/suites/").content.decode()
+
+    answer = client.post("/analysis/suites/", {"suite": "quick", "nodes": "n1, n2 n3", "name": "p1", "steps": "check"})
+
+    assert answer.status_code == 302 and answer["Location"] == "/analysis/suite-runs/p1/"
+    campaign = Campaign.objects.get(name="p1-check")
+    assert campaign.team == team and sorted(campaign.nodes.values_list("name", flat=True)) == ["n1", "n2", "n3"]
+    bad = client.post("/analysis/suites/", {"suite": "quick", "nodes": "n1 n9", "steps": "check"})
+    assert bad.status_code == 400 and "no node named &#x27;n9&#x27;" in bad.content.decode()
+
+    client.force_login(outsider)
+    refused = client.post("/analysis/suites/", {"suite": "quick", "nodes": "n1", "steps": "check"})
+    assert refused.status_code == 400 and "no node named &#x27;n1&#x27;" in refused.content.decode()
