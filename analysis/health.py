@@ -35,6 +35,7 @@ from campaigns.models import Campaign, CampaignStatus, Run, RunHost, RunStatus
 from common.errors import NotFound
 from inventory.models import Node, NodeStatus
 from inventory.services import node_set_status
+from plugins.benchmarks.base import Benchmark, get_benchmark
 from runners import remote, slurm
 
 HEALTHY, SUSPECT, FAILED = "healthy", "suspect", "failed"
@@ -210,7 +211,8 @@ def _judge_fleet(
     threshold: float,
     suspect_at: float,
 ) -> None:
-    samples = [s for s in campaign_fleet_samples(campaign=campaign) if _is_judged(s[0], judged)]
+    benchmark = get_benchmark(campaign.kind)
+    samples = [s for s in campaign_fleet_samples(campaign=campaign) if _is_judged(benchmark, s[0], judged)]
     view = fleet.fleet_view(samples, threshold=threshold)
     for (node, index), cell in sorted(view.cells.items(), key=lambda item: item[1].score.score):
         score = cell.score
@@ -240,12 +242,14 @@ def _judge_fleet(
         )
 
 
-def _is_judged(column: fleet.Column, judged: tuple[str, ...]) -> bool:
-    """Named in the step's ``judge``, or by default a higher-is-better metric (the fleet view knows its direction:
-    a metric its plug-in does not describe counts as higher-is-better there, so it is not judged by default)."""
+def _is_judged(benchmark: Benchmark, column: fleet.Column, judged: tuple[str, ...]) -> bool:
+    """Named in the step's ``judge``; by default, a metric its plug-in describes as higher-is-better. A metric it
+    does not describe (a command step's declared pattern: memory size, a clock) is judged only when named: nodes
+    may differ there by design."""
     if judged:
         return column.name in judged
-    return column.higher_is_better and column.name != "passed"
+    spec = benchmark.spec(column.name)
+    return spec is not None and spec.higher_is_better and column.name != "passed"
 
 
 # --- actions ---------------------------------------------------------------------------------------------------

@@ -215,6 +215,24 @@ def test_a_node_somewhat_below_the_fleet_is_suspect_and_a_failed_collective_make
 
 
 @pytest.mark.django_db
+def test_a_metric_the_plug_in_does_not_describe_is_judged_only_when_the_step_names_it() -> None:
+    for i, n in enumerate(NODES, 1):
+        node_upsert(name=n, address=f"10.0.0.{i}")
+    stored_suite_run(failing=None, slow=None)
+    run = Run.objects.get(campaign__name="r1-check")
+    for node in NODES:  # a command step's declared pattern: n2 has half the memory, by design or not
+        Result.objects.create(run=run, name="mem_total", unit="KiB", host=node, value=2**20 if node == "n2" else 2**21)
+
+    assert {n.verdict for n in health.suite_run_outcome(name="r1", team=None).nodes} == {"healthy"}
+
+    text = "suite: {title: t}\nsteps: [{name: check, kind: command, judge: [mem_total]}]"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(suites, "suite_get", lambda slug: suites.suite_load(text, slug=slug))
+        n2 = next(n for n in health.suite_run_outcome(name="r1", team=None).nodes if n.node == "n2")
+    assert (n2.verdict, n2.reasons) == ("failed", ["outlier:check.mem_total"])
+
+
+@pytest.mark.django_db
 def test_a_retried_run_that_passed_counts_not_its_first_attempt() -> None:
     for i, n in enumerate(NODES, 1):
         node_upsert(name=n, address=f"10.0.0.{i}")
