@@ -207,6 +207,7 @@ class SuiteRunLaunchSerializer(serializers.Serializer):
     nodes = serializers.ListField(child=serializers.CharField(max_length=100), min_length=1, max_length=10_000)
     name = serializers.CharField(max_length=71, required=False, default="", allow_blank=True)
     steps = serializers.ListField(child=serializers.CharField(max_length=20), required=False, default=list)
+    env = serializers.DictField(child=serializers.CharField(max_length=4096), required=False, default=dict)
     team = serializers.CharField(required=False)
 
 

@@ -137,11 +137,13 @@ def suite_launch(
     nodes: list[str],
     name: str = "",
     steps: list[str] | None = None,
+    env: dict[str, str] | None = None,
     owner: Any = None,
     team: Team | None = None,
 ) -> list[Campaign]:
     """Create and launch one campaign per step of the suite on ``nodes`` (all of them or none), in step order; the
-    campaigns queue for the nodes one after the other. ``steps`` picks some of the suite's steps (default: all)."""
+    campaigns queue for the nodes one after the other. ``steps`` picks some of the suite's steps (default: all);
+    ``env`` is added to every step's environment (the site's ``NCCL_SOCKET_IFNAME``, ``PYTHONPATH``, ...)."""
     suite = suite_get(slug)
     run_name = suite_run_name(suite=suite, name=name)
     if not nodes:
@@ -164,6 +166,8 @@ def suite_launch(
                 "nodes": list(nodes),
                 "family": f"{FAMILY_PREFIX}{suite.slug}-{step.name}",
             }
+            if env:
+                data["env"] = {**(step.definition.get("env") or {}), **env}
             data.setdefault("description", f"{suite.title}: step {step.name} of suite run {run_name}")
             try:
                 campaign = campaign_apply(data=data, owner=owner, team=team)

@@ -94,6 +94,14 @@ def test_a_suite_run_is_one_launched_campaign_per_step(nodes: list[Node]) -> Non
     assert suites.step_of(created[1]) == ("quick", "network")
 
 
+def test_the_sites_environment_reaches_every_step_and_a_bad_name_is_refused(nodes: list[Node]) -> None:
+    created = suites.suite_launch(slug="quick", nodes=NODES, name="e1", env={"NCCL_SOCKET_IFNAME": "ib0"})
+    assert all(c.env == {"NCCL_SOCKET_IFNAME": "ib0"} for c in created)
+    with pytest.raises(FieldError) as raised:
+        suites.suite_launch(slug="quick", nodes=NODES, name="e2", env={"BAD NAME": "x"})
+    assert raised.value.field.startswith("steps.check.env")
+
+
 def test_every_step_of_the_acceptance_suite_builds_on_the_nodes(nodes: list[Node]) -> None:
     created = suites.suite_launch(slug="acceptance", nodes=NODES, name="acc")
     assert [c.name for c in created] == ["acc-check", "acc-network", "acc-collective", "acc-training", "acc-storage"]

@@ -13,6 +13,7 @@ import pytest
 
 from analysis import health
 from campaigns import suites
+from campaigns.models import Campaign, Run
 from inventory.models import AllowedCommand, Node
 from runners import remote
 from tests.conftest import finished
@@ -79,3 +80,35 @@ def test_a_healthy_lab_is_all_healthy_and_a_failing_node_goes_to_maintenance_unt
     history = [(c.old, c.new, c.source) for c in lab3.status_changes.order_by("changed_at", "id")]
     assert lab3.status == "active"
     assert history == [("active", "maintenance", "suite run lab-bad"), ("maintenance", "active", "suite run lab-clean")]
+
+
+@pytest.mark.lab
+@pytest.mark.worker
+@pytest.mark.timeout(900)
+def test_the_whole_quick_suite_runs_on_a_networked_lab_and_finds_every_node_healthy(
+    netns_lab: dict[str, Any], worker: Any
+) -> None:
+    """Every step of the quick suite for real, the collective through torch.distributed on gloo (the lab has no
+    GPU) across 4 nodes that each have their own network namespace."""
+    from tests.test_torch_dist import torch_path
+
+    AllowedCommand.objects.create(name="health-check", program="true")
+    env = {  # as in tests/test_torch_dist.py
+        "PYTHONPATH": torch_path(),
+        "OMP_NUM_THREADS": "1",
+        "GLOO_SOCKET_IFNAME": "eth0",
+        "OMPI_MCA_routed": "direct",
+        "OMPI_MCA_plm_rsh_no_tree_spawn": "1",
+        "OMPI_MCA_oob_tcp_if_include": "eth0",
+    }
+    for campaign in suites.suite_launch(slug="quick", nodes=NODES, name="whole", env=env):
+        finished(campaign, timeout=400)
+
+    outcome = health.suite_run_outcome(name="whole", team=None, **LOOSE)
+
+    assert [(s.name, s.status) for s in outcome.steps] == [
+        ("check", "succeeded"), ("network", "succeeded"), ("collective", "succeeded")
+    ], [(r.campaign.name, r.error[-500:]) for r in Run.objects.exclude(error="")]  # fmt: skip
+    assert {n.node: n.verdict for n in outcome.nodes} == dict.fromkeys(NODES, "healthy")
+    collective = Campaign.objects.get(name="whole-collective").runs.get()
+    assert collective.results.get(name="ranks", host="").value == 4

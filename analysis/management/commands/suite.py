@@ -24,6 +24,7 @@ class Command(BaseCommand):
         p.add_argument("--nodes", required=True, help="comma-separated node names")
         p.add_argument("--name", default="", help="the run's name (default: SUITE-YYYYmmdd-HHMMSS)")
         p.add_argument("--steps", default="", help="comma-separated steps to run (default: all)")
+        p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="added to every step's env")
         p.add_argument("--wait", action="store_true", help="wait until every step has ended, then print the verdicts")
         p.add_argument("--timeout", type=float, default=0, help="give up waiting after this many seconds")
         _judging(p)
@@ -52,7 +53,10 @@ class Command(BaseCommand):
         acting = opts["maintenance"] or opts["slurm_login_node"]
         if acting and not wait:
             raise CommandError("--maintenance and --slurm-login-node act once the run has ended: add --wait")
-        created = suites.suite_launch(slug=suite, nodes=_csv(nodes), name=name, steps=_csv(steps) or None)
+        variables = dict(item.partition("=")[::2] for item in opts["env"])
+        created = suites.suite_launch(
+            slug=suite, nodes=_csv(nodes), name=name, steps=_csv(steps) or None, env=variables
+        )
         run_name = created[0].suite_run_name
         self.stdout.write(f"launched suite run {run_name}: {', '.join(c.name for c in created)}")
         if not wait:
