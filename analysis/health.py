@@ -31,7 +31,7 @@ from analysis import fleet
 from analysis.selectors import campaign_fleet_samples
 from campaigns import suites
 from campaigns.errors import CampaignError
-from campaigns.models import Campaign, CampaignStatus, Run, RunHost, RunStatus
+from campaigns.models import CAMPAIGN_TERMINAL, Campaign, CampaignStatus, Run, RunHost, RunStatus
 from common.errors import NotFound
 from inventory.models import Node, NodeStatus
 from inventory.services import node_set_status
@@ -93,8 +93,7 @@ class SuiteOutcome:
 
     @property
     def finished(self) -> bool:
-        return all(s.status in (CampaignStatus.SUCCEEDED, CampaignStatus.FAILED, CampaignStatus.CANCELLED)
-                   for s in self.steps)  # fmt: skip
+        return all(s.status in CAMPAIGN_TERMINAL for s in self.steps)
 
     def counts(self) -> dict[str, int]:
         counts = {HEALTHY: 0, SUSPECT: 0, FAILED: 0}
