@@ -143,10 +143,12 @@ def test_a_suite_step_runs_on_a_node_in_maintenance_and_an_ordinary_campaign_doe
 # --- verdicts on stored results ------------------------------------------------------------------------------------
 
 
-def step_campaign(run_name: str, step: str, kind: str, status: str = CampaignStatus.SUCCEEDED) -> Campaign:
+def step_campaign(
+    run_name: str, step: str, kind: str, status: str = CampaignStatus.SUCCEEDED, names: list[str] = NODES
+) -> Campaign:
     campaign = Campaign.objects.create(name=f"{run_name}-{step}", kind=kind, family=f"suite-quick-{step}",
                                        status=status, matrix=[])  # fmt: skip
-    campaign.nodes.set(Node.objects.filter(name__in=NODES))
+    campaign.nodes.set(Node.objects.filter(name__in=names))
     return campaign
 
 
@@ -155,18 +157,22 @@ def a_run(campaign: Campaign, status: str, *, error: str = "", attempt: int = 1)
                               attempt=attempt, status=status, error=error)  # fmt: skip
 
 
-def stored_suite_run(name: str = "r1", *, failing: str | None = "n3", slow: str | None = "n4") -> None:
+def stored_suite_run(
+    name: str = "r1", *, failing: str | None = "n3", slow: str | None = "n4", names: list[str] = NODES
+) -> None:
     """A quick suite run: a command step on which ``failing`` exited 1, and iperf3 throughput with ``slow`` at 30 %."""
-    check = step_campaign(name, "check", "command", CampaignStatus.FAILED if failing else CampaignStatus.SUCCEEDED)
+    check = step_campaign(
+        name, "check", "command", CampaignStatus.FAILED if failing else CampaignStatus.SUCCEEDED, names
+    )
     run = a_run(check, RunStatus.FAILED if failing else RunStatus.SUCCEEDED, error="n3: exited with code 1")
-    for node in Node.objects.filter(name__in=NODES):
+    for node in Node.objects.filter(name__in=names):
         code = 1 if node.name == failing else 0
         stderr = "GPU 2: row remap pending" if code else ""
         RunHost.objects.create(run=run, node=node, host=node.name, address=node.address, command="test",
                                remote_dir="/r", exit_code=code, stderr=stderr)  # fmt: skip
-    network = step_campaign(name, "network", "iperf3")
+    network = step_campaign(name, "network", "iperf3", names=names)
     run = a_run(network, RunStatus.SUCCEEDED)
-    for i, node in enumerate(NODES):
+    for i, node in enumerate(names):
         value = 9.4e9 + 1e7 * i
         Result.objects.create(
             run=run,
@@ -176,7 +182,7 @@ def stored_suite_run(name: str = "r1", *, failing: str | None = "n3", slow: str 
             value=value * (0.3 if node == slow else 1),
             labels={"peer": "x", "direction": "send"},
         )
-        Result.objects.create(run=run, name="retransmits", unit="count", host=node, value=3 if node == "n1" else 0,
+        Result.objects.create(run=run, name="retransmits", unit="count", host=node, value=3 if node == names[0] else 0,
                               labels={"peer": "x", "direction": "send"})  # fmt: skip
 
 
@@ -455,3 +461,20 @@ def test_the_suites_page_launches_a_suite_on_the_teams_nodes_and_names_what_is_w
     client.force_login(outsider)
     refused = client.post("/analysis/suites/", {"suite": "quick", "nodes": "n1", "steps": "check"})
     assert refused.status_code == 400 and "no node named &#x27;n1&#x27;" in refused.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_verdicts_query_count_does_not_grow_with_the_nodes() -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def queries(run_name: str, names: list[str]) -> int:
+        for i, n in enumerate(names, 1):
+            node_upsert(name=n, address=f"10.0.1.{i}")
+        stored_suite_run(run_name, failing=names[2], slow=names[3], names=names)
+        with CaptureQueriesContext(connection) as captured:
+            outcome = health.suite_run_outcome(name=run_name, team=None)
+        assert len(outcome.nodes) == len(names) and outcome.counts()["failed"] == 2
+        return len(captured)
+
+    assert queries("small", [f"s{i}" for i in range(4)]) == queries("large", [f"l{i}" for i in range(24)])
