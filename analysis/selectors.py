@@ -24,7 +24,7 @@ from analysis import fleet
 from analysis.forms import Pick, parse_size
 from campaigns import planning
 from campaigns.baselines import Median
-from campaigns.models import Campaign, Result, Run, RunHost, RunStatus
+from campaigns.models import SUITE_FAMILY_PREFIX, Campaign, Result, Run, RunHost, RunStatus
 from common.collector import gc_paused
 from inventory.models import StorageSystem
 from plugins import localise
@@ -488,6 +488,19 @@ def _send_flows(runs: list[Run]) -> dict[int, localise.Flows]:
 def campaign_link_points(*, campaign: Campaign) -> list[int]:
     rows = Result.objects.filter(HOST_RESULTS, run__campaign=campaign, name="throughput_bps", labels__has_key="peer")
     return sorted(set(rows.values_list("run__point", flat=True)))
+
+
+def suite_run_team(*, request: HttpRequest, name: str) -> Any:
+    """The team of the suite run ``name`` the user may see (None: shared); a run they may not see is a 404."""
+    campaign = (
+        visible_campaigns(request=request)
+        .filter(name__startswith=f"{name}-", family__startswith=SUITE_FAMILY_PREFIX)
+        .select_related("team")
+        .first()
+    )
+    if campaign is None:
+        raise Http404(f"no suite run named {name[:80]!r}")
+    return campaign.team
 
 
 def campaign_by_id(*, request: HttpRequest, pk: int) -> Campaign:

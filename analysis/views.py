@@ -7,13 +7,15 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.utils.safestring import mark_safe
 
-from analysis import calculations, charts, exports, fleet, forms, reports, selectors
+from accounts.selectors import scope_for, user_teams
+from analysis import calculations, charts, exports, fleet, forms, health, reports, selectors
 from campaigns import selectors as campaign_selectors
+from campaigns import suites
 from campaigns.models import Campaign
-from common.errors import ParamError
+from common.errors import ApplicationError, ParamError
 
 STATISTICS = selectors.STATISTICS
 
@@ -220,12 +222,62 @@ def storage(request: HttpRequest) -> HttpResponse:
     return _render(request, "analysis/storage.html", context, name="storage-demand", tables=tables, figure=figure)
 
 
-def _threshold(request: HttpRequest, errors: list[str]) -> float:
+def _threshold(
+    request: HttpRequest, errors: list[str], *, key: str = "threshold", default: float = fleet.DEFAULT_THRESHOLD
+) -> float:
+    raw = request.GET.get(key)
     try:
-        return fleet.parse_threshold(request.GET.get("threshold"))
+        return fleet.parse_threshold(raw) if raw else default
     except ParamError as exc:
-        errors.append(f"threshold: {exc}")
-        return fleet.DEFAULT_THRESHOLD
+        errors.append(f"{key}: {exc}")
+        return default
+
+
+@login_required
+def suite_list(request: HttpRequest) -> HttpResponse:
+    """The health suites, each with a form that launches it on nodes (one campaign per step)."""
+    errors: list[str] = []
+    teams = list(user_teams(user=request.user))
+    if request.method == "POST":
+        try:
+            team = _chosen_team(request, teams)
+            created = suites.suite_launch(
+                slug=request.POST.get("suite", ""), nodes=_words(request.POST.get("nodes", "")),
+                name=request.POST.get("name", "").strip(), steps=request.POST.getlist("steps"), owner=request.user,
+                team=team,
+            )  # fmt: skip
+            return redirect("analysis:suite-run", name=created[0].suite_run_name)
+        except ApplicationError as exc:
+            errors.append(str(exc))
+    context = {"errors": errors, "suites": suites.suite_list(), "teams": teams, "form": request.POST}
+    return render(request, "analysis/suites.html", context, status=400 if errors else 200)
+
+
+def _chosen_team(request: HttpRequest, teams: list[Any]) -> Any:
+    """The team picked in the form (one of the user's), else the scope's: the user's only team."""
+    picked = request.POST.get("team", "")
+    if picked:
+        team = next((t for t in teams if str(t.pk) == picked), None)
+        if team is None:
+            raise ParamError("team", "not one of your teams")
+        return team
+    return scope_for(request).team
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in text.replace(",", " ").split() if w]
+
+
+@login_required
+def suite_run_page(request: HttpRequest, name: str) -> HttpResponse:
+    """A health suite run: every node healthy, suspect or failed, with reasons and evidence."""
+    team = selectors.suite_run_team(request=request, name=name)
+    errors: list[str] = []
+    threshold = _threshold(request, errors)
+    suspect = _threshold(request, errors, key="suspect_threshold", default=health.DEFAULT_SUSPECT_THRESHOLD)
+    outcome = health.suite_run_outcome(name=name, team=team, threshold=threshold, suspect_threshold=suspect)
+    context = {"errors": errors, "outcome": outcome, "counts": outcome.counts()}
+    return _render(request, "analysis/suite_run.html", context, name=f"{name}-suite", tables=[])
 
 
 @login_required

@@ -204,6 +204,21 @@ class PresetInstantiateSerializer(serializers.Serializer):
     team = serializers.CharField(required=False)
 
 
+class SuiteRunLaunchSerializer(serializers.Serializer):
+    nodes = serializers.ListField(child=serializers.CharField(max_length=100), min_length=1, max_length=10_000)
+    name = serializers.CharField(max_length=71, required=False, default="", allow_blank=True)
+    steps = serializers.ListField(child=serializers.CharField(max_length=20), required=False, default=list)
+    env = serializers.DictField(child=serializers.CharField(max_length=4096), required=False, default=dict)
+    team = serializers.CharField(required=False)
+
+
+class SuiteRunActSerializer(serializers.Serializer):
+    """Actions on an ended suite run, each off unless asked for."""
+
+    maintenance = serializers.BooleanField(required=False, default=False)
+    slurm_login_node = serializers.CharField(max_length=100, required=False, default="", allow_blank=True)
+
+
 class RunHostSerializer(serializers.ModelSerializer):
     """Where and what a run executed on one host; the full output is on the run page's log download."""
 

@@ -24,7 +24,7 @@ from rest_framework.views import APIView
 
 from accounts.models import Team
 from accounts.selectors import Scope, may_share, scope_for
-from analysis import fleet
+from analysis import fleet, health
 from analysis import selectors as analysis_selectors
 from api import filters, serializers
 from api.errors import error
@@ -32,7 +32,7 @@ from api.models import IdempotentRequest
 from api.pagination import StrictCursorPagination
 from api.permissions import InventoryChangePermission, inventory_check_create
 from api.renderers import CSVRenderer
-from campaigns import baselines, selectors, services
+from campaigns import baselines, selectors, services, suites
 from campaigns.models import Baseline, Campaign, CampaignStatus, Result, Run, Verdict
 from campaigns.presets import preset_get, preset_list
 from campaigns.spec import SpecError, load_yaml
@@ -559,6 +559,74 @@ class VerdictViewSet(ScopedMixin, viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self) -> QuerySet[Verdict]:
         return self.scope.filter(Verdict.objects.select_related("baseline_campaign"), "campaign__team")
+
+
+def suite_payload(suite: suites.Suite) -> dict[str, Any]:
+    steps = [{"name": s.name, "kind": s.definition.get("kind", ""), "judge": list(s.judge)} for s in suite.steps]
+    return {"slug": suite.slug, "title": suite.title, "description": suite.description, "steps": steps}
+
+
+class SuiteViewSet(ScopedMixin, viewsets.ViewSet):
+    """Health suites (quick, acceptance): steps built from the plug-ins; ``run`` launches one on nodes."""
+
+    lookup_field = "slug"
+    lookup_value_regex = r"[a-z0-9]+"
+
+    @extend_schema(responses={200: dict})
+    def list(self, request: Request) -> Response:
+        return Response([suite_payload(s) for s in suites.suite_list()])
+
+    @extend_schema(responses={200: dict})
+    def retrieve(self, request: Request, slug: str) -> Response:
+        return Response(suite_payload(suites.suite_get(slug)))
+
+    @extend_schema(request=serializers.SuiteRunLaunchSerializer, responses={201: dict})
+    @action(detail=True, methods=["post"])
+    def run(self, request: Request, slug: str) -> Response:
+        form = serializers.SuiteRunLaunchSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        team = team_for_new(self.scope, data.pop("team", None))
+        created = suites.suite_launch(slug=slug, owner=request.user, team=team, **data)
+        name = created[0].suite_run_name
+        return Response({"name": name, "campaigns": [{"id": c.pk, "name": c.name} for c in created]}, status=201)
+
+
+SUITE_RUN_PARAMETERS = [
+    OpenApiParameter(n, str, required=False) for n in ("threshold", "suspect_threshold", "team")
+]  # fmt: skip
+
+
+class SuiteRunViewSet(ScopedMixin, viewsets.ViewSet):
+    """A suite run's verdict per node (healthy, suspect, failed) with reason codes and evidence; ``act`` takes the
+    actions asked for on an ended run. ``?team=`` names the team when the caller has several."""
+
+    lookup_field = "name"
+    lookup_value_regex = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
+
+    def outcome(self, request: Request, name: str) -> health.SuiteOutcome:
+        team = team_for_new(self.scope, request.query_params.get("team"))
+        threshold = fleet.parse_threshold(request.query_params.get("threshold"))
+        raw = request.query_params.get("suspect_threshold")
+        suspect = fleet.parse_threshold(raw) if raw else None
+        return health.suite_run_outcome(name=name, team=team, threshold=threshold, suspect_threshold=suspect)
+
+    @extend_schema(parameters=SUITE_RUN_PARAMETERS, responses={200: dict})
+    def retrieve(self, request: Request, name: str) -> Response:
+        return Response(self.outcome(request, name).payload())
+
+    @extend_schema(parameters=SUITE_RUN_PARAMETERS, request=serializers.SuiteRunActSerializer, responses={200: dict})
+    @action(detail=True, methods=["post"])
+    def act(self, request: Request, name: str) -> Response:
+        form = serializers.SuiteRunActSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        outcome = self.outcome(request, name)
+        nodes = Node.objects.filter(name__in=[n.node for n in outcome.nodes])
+        refused = [n.name for n in nodes if not inventory_selectors.inventory_can_change(user=request.user, obj=n)]
+        if refused:
+            raise PermissionDenied(f"you may not change nodes {', '.join(refused)} (shared or another team's)")
+        done = health.suite_run_act(outcome=outcome, user=request.user, **form.validated_data)
+        return Response({"name": outcome.name, "actions": [vars(a) for a in done]})
 
 
 class CompareView(ScopedMixin, APIView):

@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 
 from accounts.models import Team
-from inventory.models import Node, StorageSystem, Tag
+from inventory.models import Node, NodeStatus, StorageSystem, Tag
 
 
 class CampaignStatus(models.TextChoices):
@@ -18,6 +18,7 @@ class CampaignStatus(models.TextChoices):
 
 
 CAMPAIGN_TERMINAL = frozenset({CampaignStatus.SUCCEEDED, CampaignStatus.FAILED, CampaignStatus.CANCELLED})
+SUITE_FAMILY_PREFIX = "suite-"  # the family of a health suite step's campaign: suite-SLUG-STEP (campaigns.suites)
 
 
 class Statistic(models.TextChoices):
@@ -101,6 +102,23 @@ class Campaign(models.Model):
     @property
     def family_name(self) -> str:
         return self.family or self.name
+
+    @property
+    def is_health_check(self) -> bool:
+        """A step of a health suite: it may run on nodes in maintenance, since a clean re-run is how they return."""
+        return self.family.startswith(SUITE_FAMILY_PREFIX)
+
+    @property
+    def suite_run_name(self) -> str:
+        """The health suite run this campaign is a step of (its name is RUN-STEP); empty for other campaigns."""
+        return self.name.rsplit("-", 1)[0] if self.is_health_check else ""
+
+    @property
+    def usable_node_statuses(self) -> frozenset[str]:
+        """The node statuses its runs may start on."""
+        if self.is_health_check:
+            return frozenset({NodeStatus.ACTIVE, NodeStatus.MAINTENANCE})
+        return frozenset({NodeStatus.ACTIVE})
 
 
 class RunStatus(models.TextChoices):

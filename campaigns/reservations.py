@@ -70,7 +70,8 @@ def _reservation_take(campaign: Campaign) -> bool:
         Node.objects.select_for_update(no_key=True, of=("self",)).filter(reserving_campaigns=campaign).order_by("pk")
     )
     held = set(campaign.leases.values_list("node_id", flat=True))
-    taken = all(n.status == NodeStatus.ACTIVE for n in nodes) and not queue_ahead(campaign=campaign).exists()
+    usable = campaign.usable_node_statuses
+    taken = all(n.status in usable for n in nodes) and not queue_ahead(campaign=campaign).exists()
     if taken:
         try:
             with transaction.atomic():

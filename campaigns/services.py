@@ -132,7 +132,7 @@ from campaigns.runs import (
     stale_runs as stale_runs,
 )
 from inventory.crypto import encrypt
-from inventory.models import Node, NodeStatus
+from inventory.models import Node
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,8 @@ def campaign_launch(*, campaign: Campaign, user: Any = None) -> Campaign:
     nodes = campaign_target_nodes(campaign=campaign)
     if not nodes:
         raise CampaignError("the campaign selects no active node", field="nodes")
-    unusable = [n.name for n in nodes if n.status != NodeStatus.ACTIVE]
+    usable = campaign.usable_node_statuses
+    unusable = [n.name for n in nodes if n.status not in usable]
     if unusable:
         raise CampaignError(f"nodes not active (maintenance or retired): {', '.join(unusable)}", field="nodes")
     if campaign.status == CampaignStatus.DRAFT:  # a launched one is refused below, without collecting facts
@@ -205,7 +206,8 @@ def campaign_advance(*, campaign_id: int) -> str:
             return "finished"
         node_ids = {n for n in run.hosts.values_list("node_id", flat=True) if n}
         nodes = Node.objects.select_for_update(no_key=True, of=("self",)).filter(pk__in=node_ids).order_by("pk")
-        if any(n.status != NodeStatus.ACTIVE for n in nodes):
+        usable = campaign.usable_node_statuses
+        if any(n.status not in usable for n in nodes):
             return "paused"  # until the node is active again (the reconciler advances running campaigns)
         suspect = next((n for n in nodes if n.suspect_since is not None), None)
         if suspect is not None:  # the circuit breaker: fail fast instead of going through the retries again

@@ -979,7 +979,80 @@ def build_parser(env: Mapping[str, str], prog: str) -> argparse.ArgumentParser:
         metavar="KEY",
         help="launches send Idempotency-Key KEY-<campaign id> (default: from GitHub/GitLab CI variables, or random)",
     )
+    _suite_parser(commands, env)
     return parser
+
+
+def _suite_parser(commands: Any, env: Mapping[str, str]) -> None:
+    suite = commands.add_parser(
+        "suite",
+        help="run a health suite on nodes and gate on its verdict per node",
+        description="Launch a health suite (quick, acceptance) on nodes, follow it until every step has ended and "
+        "print each node's verdict with its reasons. Exit code: 0 every node healthy (or suspect), 1 a node "
+        "failed (or was suspect, with --fail-on-suspect), 2 error.",
+    )
+    suite.add_argument("suite", metavar="SUITE", help="the suite's name (quick, acceptance)")
+    suite.add_argument("--url", default=env.get("RACKBENCH_URL"), help="rackbench base URL (env RACKBENCH_URL)")
+    suite.add_argument("--token", default=env.get("RACKBENCH_TOKEN"), help="API token (env RACKBENCH_TOKEN)")
+    suite.add_argument("--insecure", action="store_true", help="do not verify the server's TLS certificate")
+    suite.add_argument("--nodes", type=_csv, required=True, metavar="A,B", help="comma-separated node names")
+    suite.add_argument("--name", default="", help="the suite run's name (default: SUITE-date-time)")
+    suite.add_argument("--steps", type=_csv, default=[], metavar="S1,S2", help="some of the suite's steps")
+    suite.add_argument("--team", help="the team it runs in, when the token's user has several")
+    suite.add_argument("--fail-on-suspect", action="store_true", help="a suspect node fails too (exit 1)")
+    suite.add_argument("--maintenance", action="store_true", help="failed nodes to maintenance, clean ones back")
+    suite.add_argument("--slurm-login-node", default="", metavar="NODE", help="drain failed nodes in Slurm there")
+    suite.add_argument("--quiet", action="store_true", help="no progress; only errors and the final lines")
+    suite.add_argument("--poll-interval", type=_duration, default=5.0, metavar="S", help="seconds between polls")
+    suite.add_argument("--timeout", type=_duration, default=DEFAULT_TIMEOUT_S, metavar="S", help="give up after S")
+
+
+def run_suite(args: argparse.Namespace) -> int:
+    """Launch the suite, follow it to its end, print each node's verdict, act if asked, and gate on the verdicts."""
+    console = Console(quiet=args.quiet)
+    api = Api(base_url(args.url), args.token, insecure=args.insecure, note=console.note)
+    body: dict[str, Any] = {"nodes": args.nodes, "name": args.name, "steps": args.steps}
+    if args.team:
+        body["team"] = args.team
+    query = f"?team={urllib.parse.quote(args.team)}" if args.team else ""
+    try:
+        launched = api.call("POST", f"/api/v1/suites/{urllib.parse.quote(args.suite)}/run/", body)
+        name = str(launched["name"])
+        console.info(f"[{name}] launched: {', '.join(c['name'] for c in launched['campaigns'])}")
+        path = f"/api/v1/suite-runs/{urllib.parse.quote(name)}/{query}"
+        deadline = time.monotonic() + args.timeout
+        outcome = api.call("GET", path)
+        while not outcome.get("finished"):
+            if time.monotonic() > deadline:
+                raise CiError(f"suite run {name} has not ended after {args.timeout:g} s")
+            time.sleep(args.poll_interval)
+            outcome = api.call("GET", path)
+        for line in suite_lines(outcome):
+            console.result(line)
+        if args.maintenance or args.slurm_login_node:
+            act = {"maintenance": args.maintenance, "slurm_login_node": args.slurm_login_node}
+            done = api.call("POST", f"/api/v1/suite-runs/{urllib.parse.quote(name)}/act/{query}", act)
+            for action in done.get("actions", []):
+                console.result(f"{action['node']}: {action['action']} ({action['reason']})")
+    except (CiError, KeyError, TypeError) as exc:
+        console.error(f"suite {args.suite}: {exc}")
+        return EXIT_ERROR
+    counts = outcome.get("counts") or {}
+    failing = counts.get("failed", 0) + (counts.get("suspect", 0) if args.fail_on_suspect else 0)
+    return EXIT_REGRESSION if failing else EXIT_PASS
+
+
+def suite_lines(outcome: Mapping[str, Any]) -> list[str]:
+    """One line per node (verdict and reasons), its evidence below; the counts last."""
+    lines = []
+    for node in outcome.get("nodes", []):
+        lines.append(
+            f"{node['node']}: {node['verdict']}" + (f" ({', '.join(node['reasons'])})" if node["reasons"] else "")
+        )
+        lines += [f"    {e['code']}: {e['detail']}" for e in node.get("evidence", [])]
+    counts = outcome.get("counts") or {}
+    lines.append(", ".join(f"{counts.get(k, 0)} {k}" for k in ("healthy", "suspect", "failed")))
+    return lines
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -989,6 +1062,8 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--url must start with http:// or https://, not {args.url!r}")
     if not args.token:
         raise UsageError("no token: give --token or set RACKBENCH_TOKEN")
+    if args.command == "suite":
+        return
     if args.preset and not args.name:
         raise UsageError("--preset needs --name")
     if args.file:
@@ -1066,7 +1141,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "rackbench_ci.py") ->
         return EXIT_ERROR
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else EXIT_PASS
-    return run(args, env)
+    return run_suite(args) if args.command == "suite" else run(args, env)
 
 
 if __name__ == "__main__":

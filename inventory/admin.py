@@ -30,6 +30,7 @@ from inventory.models import (
     Node,
     NodeRole,
     NodeStatus,
+    NodeStatusChange,
     Site,
     StorageCommandChange,
     StorageSystem,
@@ -85,6 +86,18 @@ class InterfaceInline(admin.TabularInline):
     fields = ["name", "role", "speed_mbps", "mtu", "addresses"]
 
 
+class NodeStatusChangeInline(admin.TabularInline):
+    """The node's status history as services wrote it (a health suite's maintenance and return); read-only."""
+
+    model = NodeStatusChange
+    extra = 0
+    fields = readonly_fields = ("changed_at", "old", "new", "reason", "source", "changed_by")
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
     change_list_template = "admin/inventory/node/change_list.html"
@@ -95,7 +108,7 @@ class NodeAdmin(admin.ModelAdmin):
     list_select_related = ["site"]
     search_fields = ["name", "address", "gpu_model", "cpu_model"]
     filter_horizontal = ["tags"]
-    inlines = [InterfaceInline]
+    inlines = [InterfaceInline, NodeStatusChangeInline]
     readonly_fields = ["facts_pretty", "facts_collected_at", "created_at"]
     fieldsets = [
         (None, {"fields": ["name", "site", "role", "status", "tags"]}),

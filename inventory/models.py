@@ -300,3 +300,24 @@ class AllowedCommand(models.Model):
     def clean(self) -> None:
         if self.max_args and not self.arg_pattern:
             raise ValidationError({"arg_pattern": "further arguments need a pattern they must match"})
+
+
+class NodeStatusChange(models.Model):
+    """A change of a node's status made by a service (a health suite's action, its clean re-run): the node's
+    history, with the reason and where it came from."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="status_changes")
+    old = models.CharField(max_length=20, choices=NodeStatus.choices)
+    new = models.CharField(max_length=20, choices=NodeStatus.choices)
+    reason = models.CharField(max_length=500, blank=True)
+    source = models.CharField(max_length=200, blank=True, help_text="what changed it, e.g. suite run quick-20261125")
+    changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    changed_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-changed_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.node} {self.old} -> {self.new}: {self.reason}"

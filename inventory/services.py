@@ -18,7 +18,18 @@ from common.sshkeys import fingerprint as ssh_fingerprint
 from inventory import dispatch
 from inventory.commands import PROGRAMS
 from inventory.crypto import encrypt
-from inventory.models import Credential, HostKey, Interface, Node, Site, StorageCommandChange, StorageSystem, Tag
+from inventory.models import (
+    Credential,
+    HostKey,
+    Interface,
+    Node,
+    NodeStatus,
+    NodeStatusChange,
+    Site,
+    StorageCommandChange,
+    StorageSystem,
+    Tag,
+)
 
 
 class InventoryError(ApplicationError, ValueError):
@@ -241,3 +252,25 @@ def node_clear_suspect(*, node: Node) -> bool:
     return bool(
         Node.objects.filter(pk=node.pk, suspect_since__isnull=False).update(suspect_since=None, suspect_reason="")
     )
+
+
+def node_set_status(
+    *, node: Node, status: str, reason: str, source: str = "", user: Any = None, only_from: str | None = None
+) -> bool:
+    """Set the node's status and record the change in its history (``status_changes``). With ``only_from``, only a
+    node in that status changes (a conditional update): a node an administrator has retired meanwhile stays so.
+    False when nothing changed."""
+    if status not in NodeStatus.values:
+        raise FieldError("status", f"must be one of {', '.join(NodeStatus.values)}, got {status!r}")
+    with transaction.atomic():
+        locked = Node.objects.select_for_update().get(pk=node.pk)
+        old = locked.status
+        if old == status or (only_from is not None and old != only_from):
+            return False
+        locked.status = status
+        locked.save(update_fields=["status"])  # a save: campaigns waiting for the node wake up (campaigns.signals)
+        NodeStatusChange.objects.create(
+            node=locked, old=old, new=status, reason=reason[:500], source=source[:200], changed_by=user
+        )
+    node.status = status
+    return True

@@ -9,9 +9,13 @@ from plugins.launchers.slurm import (
     ACTIVE,
     BUSY,
     SlurmState,
+    drain_argv,
+    node_state_argv,
     parse_job_id,
+    parse_node_state,
     parse_sacct,
     parse_squeue,
+    resume_argv,
     sacct_argv,
     scancel_argv,
     squeue_argv,
@@ -82,3 +86,31 @@ def cancel(target: remote.Target, job_id: str, run_dir: str) -> None:
         return
     error = ssh.TransientSSHError if BUSY.search(detail) else ssh.PermanentSSHError
     raise error(target.endpoint, f"cancelling Slurm job {job_id} (scancel) failed (exit {result.exit_code}): {detail}")
+
+
+def node_drain(target: remote.Target, node: str, reason: str) -> None:
+    """Drain the Slurm node ``node`` with ``reason``, through ``scontrol`` on the login node ``target``."""
+    _scontrol(target, drain_argv(node, reason), f"draining Slurm node {node}")
+
+
+def node_resume(target: remote.Target, node: str) -> None:
+    """Give the drained Slurm node ``node`` back to the scheduler."""
+    _scontrol(target, resume_argv(node), f"resuming Slurm node {node}")
+
+
+def node_state(target: remote.Target, node: str) -> tuple[str, str]:
+    """The Slurm node's (state, reason), e.g. ("drained", "rackbench suite run ...")."""
+    result = target.run(shlex.join(node_state_argv(node)))
+    if not result.ok:
+        detail = (result.stderr or result.stdout).strip()[-500:]
+        error = ssh.TransientSSHError if BUSY.search(detail) else ssh.PermanentSSHError
+        raise error(target.endpoint, f"reading Slurm node {node}'s state (sinfo) failed: {detail}")
+    return parse_node_state(result.stdout)
+
+
+def _scontrol(target: remote.Target, argv: list[str], what: str) -> None:
+    result = target.run(shlex.join(argv))  # every word quoted: the reason reaches scontrol as one argument
+    if not result.ok:
+        detail = (result.stderr or result.stdout).strip()[-500:]
+        error = ssh.TransientSSHError if BUSY.search(detail) else ssh.PermanentSSHError
+        raise error(target.endpoint, f"{what} (scontrol) failed (exit {result.exit_code}): {detail}")

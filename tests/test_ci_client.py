@@ -756,3 +756,43 @@ def test_its_numbers_read_as_on_the_pages() -> None:
         assert ci.quantity(0, unit) == numbers.quantity(0, unit)
     rows = ci._rows(judged(verdict(RANDREAD_IOPS)))
     assert rows[0][3:5] == ("412k IOPS", "371k IOPS")
+
+
+# --- health suites ---------------------------------------------------------------------------------------------------
+
+
+def suite_outcome(finished: bool, failed: str | None = None) -> dict[str, Any]:
+    nodes = [
+        {"node": f"lab{i}", "verdict": "healthy", "reasons": [], "evidence": []}
+        for i in range(1, 5)
+        if f"lab{i}" != failed
+    ]
+    if failed:
+        evidence = [{"code": "step_failed:check", "detail": "exited with code 1: GPU 2: row remap pending"}]
+        nodes.append({"node": failed, "verdict": "failed", "reasons": ["step_failed:check"], "evidence": evidence})
+    counts = {"healthy": 4 - bool(failed), "suspect": 0, "failed": int(bool(failed))}
+    return {"name": "ci-1", "finished": finished, "counts": counts, "nodes": nodes}
+
+
+def test_a_suite_gates_on_its_verdict_per_node_and_acts_only_when_asked(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    launched = {"name": "ci-1", "campaigns": [{"id": 7, "name": "ci-1-check"}]}
+    api.on("POST", "/api/v1/suites/quick/run/", (201, launched))
+    api.on("GET", "/api/v1/suite-runs/ci-1/", (200, suite_outcome(False)), (200, suite_outcome(True, "lab3")))
+    action = {"node": "lab3", "action": "maintenance", "reason": "rackbench suite run ci-1"}
+    api.on("POST", "/api/v1/suite-runs/ci-1/act/", (200, {"actions": [action]}))
+    argv = ["suite", "quick", "--url", api.url, "--token", "s3cret", "--nodes", "lab1,lab2,lab3,lab4",
+            "--name", "ci-1", "--poll-interval", "0.01"]  # fmt: skip
+
+    assert ci.main(argv) == 1
+    out = capsys.readouterr().out
+    assert "lab3: failed (step_failed:check)" in out and "3 healthy, 0 suspect, 1 failed" in out
+    assert api.sent("POST", "/api/v1/suites/quick/run/")[0].body == {
+        "nodes": ["lab1", "lab2", "lab3", "lab4"], "name": "ci-1", "steps": []
+    }  # fmt: skip
+    assert not api.sent("POST", "/api/v1/suite-runs/ci-1/act/")
+
+    assert ci.main([*argv, "--maintenance"]) == 1
+    assert "lab3: maintenance" in capsys.readouterr().out
+    assert api.sent("POST", "/api/v1/suite-runs/ci-1/act/")[0].body == {"maintenance": True, "slurm_login_node": ""}

@@ -25,8 +25,8 @@ from campaigns.spec import SpecError
 from inventory.services import node_upsert
 from plugins.benchmarks.base import ParamError
 from plugins.launchers import slurm
+from runners import remote, ssh
 from runners import slurm as slurm_jobs
-from runners import ssh
 from tests.conftest import finished, wait_for
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
@@ -685,3 +685,40 @@ def test_it_refuses_what_slurm_runs_cannot_do_yet(
     run = campaign.runs.get()
     assert run.error.startswith("launcher: ") and words in run.error
     assert not run.hosts.exclude(slurm_job_id="").exists()
+
+
+# --- draining a node (health suites' action) ------------------------------------------------------------
+
+
+def sinfo_state() -> tuple[str, str]:
+    argv = slurm.node_state_argv(SLURM_NODE)
+    return slurm.parse_node_state(subprocess.run(argv, capture_output=True, text=True, env=slurm_env()).stdout)
+
+
+def test_the_drain_and_resume_command_lines_work_on_a_real_slurm(slurm_cluster: Path) -> None:
+    """scontrol update needs a Slurm administrator (here root, as the test Slurm's SlurmUser): the command lines run
+    on this machine; on a cluster the worker runs the same argv on the login node over SSH."""
+    reason = "rackbench suite run r1: step_failed:check, outlier:network.throughput_bps; `id` $(x)"
+    drained = subprocess.run(slurm.drain_argv(SLURM_NODE, reason), capture_output=True, text=True, env=slurm_env())
+    try:
+        assert drained.returncode == 0, drained.stderr
+        state, why = sinfo_state()
+        assert "drain" in state
+        assert why == "rackbench suite run r1: step_failed:check, outlier:network.throughput_bps; id (x)"
+    finally:
+        subprocess.run(slurm.resume_argv(SLURM_NODE), capture_output=True, env=slurm_env(), check=True)
+    assert "drain" not in sinfo_state()[0]
+
+
+def test_through_a_login_node_it_reads_the_state_and_a_drain_by_a_non_administrator_fails_with_slurms_words(
+    slurm_cluster: Path, lab: dict[str, Any]
+) -> None:
+    """The lab's login user is no Slurm administrator: the drain reaches scontrol over SSH, which refuses it, and
+    the refusal is a permanent error carrying scontrol's own message (an administrator's login drains, as above)."""
+    login = remote.node_target(lab["nodes"]["lab2"])
+
+    assert slurm_jobs.node_state(login, SLURM_NODE)[0] == "idle"
+    with pytest.raises(ssh.PermanentSSHError) as raised:
+        slurm_jobs.node_drain(login, SLURM_NODE, "rackbench suite run r1: step_failed:check")
+    assert "draining Slurm node lab1 (scontrol) failed" in str(raised.value)
+    assert "drain" not in sinfo_state()[0]

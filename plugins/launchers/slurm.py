@@ -230,6 +230,45 @@ def scancel_argv(job_id: str) -> list[str]:
     return ["scancel", job_id]
 
 
+REASON_MAX = 100
+_REASON_DROP = re.compile(r"[^A-Za-z0-9 _.,:;/()+=@-]+")
+
+
+def drain_reason(text: str) -> str:
+    """A node's drain reason as Slurm keeps it: printable ASCII without quotes, shell or Slurm metacharacters
+    (each run of others becomes one space), at most REASON_MAX characters, never empty."""
+    cleaned = " ".join(_REASON_DROP.sub(" ", text).split())[:REASON_MAX].strip()
+    return cleaned or "rackbench health check"
+
+
+def drain_argv(node: str, reason: str) -> list[str]:
+    """``scontrol update`` draining ``node``: running jobs end, no new ones start, ``Reason`` says why."""
+    if not NAME.match(node):
+        raise ParamError("node", f"not a Slurm node name: {node[:40]!r}")
+    return ["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={drain_reason(reason)}"]
+
+
+def resume_argv(node: str) -> list[str]:
+    """``scontrol update`` giving a drained node back to Slurm's scheduler."""
+    if not NAME.match(node):
+        raise ParamError("node", f"not a Slurm node name: {node[:40]!r}")
+    return ["scontrol", "update", f"NodeName={node}", "State=RESUME"]
+
+
+def node_state_argv(node: str) -> list[str]:
+    """``sinfo`` printing the node's state and reason as ``STATE|REASON``."""
+    if not NAME.match(node):
+        raise ParamError("node", f"not a Slurm node name: {node[:40]!r}")
+    return ["sinfo", "-h", "-N", "-n", node, "-o", "%T|%E"]
+
+
+def parse_node_state(text: str) -> tuple[str, str]:
+    """(state, reason) from ``node_state_argv``'s answer; ("", "") when sinfo does not know the node."""
+    line = next((line for line in text.splitlines() if "|" in line), "")
+    state, _, reason = line.partition("|")
+    return state.strip().lower(), reason.strip()
+
+
 def submit_line(run_dir: str) -> str:
     """Submit the run directory's batch script at most once; prints the job id (sbatch --parsable's answer)."""
     d = shlex.quote(run_dir)

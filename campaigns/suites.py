@@ -1,0 +1,192 @@
+"""Health suites: named lists of steps (plug-ins or presets with parameters) run on a set of nodes, one campaign
+per step.
+
+A suite file (``presets/suites/SLUG.yaml``) holds ``suite:`` (title, description) and ``steps:``, each a campaign
+definition in the YAML format of campaigns.spec without nodes, plus ``name`` (the step's name: a short slug) and
+either ``kind`` or ``preset`` (the first campaign of that preset, its ``fixed`` values overridden by the step's).
+
+A suite run needs no table of its own: it is the campaigns called ``RUN-STEP`` in the family ``suite-SLUG-STEP``
+(``RUN`` is the run's name). Its outcome per node is computed from them (analysis.health).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.models import Team
+from campaigns.definition import campaign_apply
+from campaigns.errors import CampaignError
+from campaigns.models import SUITE_FAMILY_PREFIX, Campaign
+from campaigns.services import campaign_launch
+from campaigns.spec import TOP_LEVEL, SpecError
+from common.errors import NotFound
+
+SUITE_DIR = Path(__file__).parent / "presets" / "suites"
+FAMILY_PREFIX = SUITE_FAMILY_PREFIX
+_SLUG = re.compile(r"[a-z][a-z0-9]{0,19}")  # no "-": RUN-STEP and suite-SLUG-STEP split at the last one
+_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,70}")
+STEP_KEYS = (TOP_LEVEL - {"name", "nodes", "node_tags", "family"}) | {"preset", "judge"}
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    definition: dict[str, Any]  # a campaign definition without name, nodes or family
+    judge: tuple[str, ...] = ()  # the metrics each node is judged on against the fleet; empty: higher-is-better ones
+
+
+@dataclass(frozen=True)
+class Suite:
+    slug: str
+    title: str
+    description: str
+    steps: tuple[Step, ...]
+
+    def step(self, name: str) -> Step | None:
+        return next((s for s in self.steps if s.name == name), None)
+
+
+def suite_list() -> list[Suite]:
+    return [suite_load(path.read_text(), slug=path.stem) for path in sorted(SUITE_DIR.glob("*.yaml"))]
+
+
+def suite_get(slug: str) -> Suite:
+    path = SUITE_DIR / f"{slug}.yaml"
+    if not _SLUG.fullmatch(slug) or not path.is_file():
+        known = ", ".join(s.slug for s in suite_list())
+        raise NotFound(f"no suite named {slug[:40]!r} (suites: {known})", field="suite")
+    return suite_load(path.read_text(), slug=slug)
+
+
+def suite_load(text: str, *, slug: str) -> Suite:
+    """A suite file, checked: every step named once, with a kind or a preset and only campaign fields."""
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict) or not isinstance(data.get("suite"), dict):
+        raise SpecError("suite", "a suite file holds suite: (title, description) and steps:")
+    steps = data.get("steps")
+    if not isinstance(steps, list) or not steps:
+        raise SpecError("steps", "must be a non-empty list of steps")
+    seen: set[str] = set()
+    loaded = []
+    for i, raw in enumerate(steps):
+        loaded.append(_step(raw, f"steps[{i}]", seen))
+    meta = data["suite"]
+    return Suite(slug, str(meta.get("title") or slug), str(meta.get("description") or "").strip(), tuple(loaded))
+
+
+def _step(raw: Any, where: str, seen: set[str]) -> Step:
+    if not isinstance(raw, dict):
+        raise SpecError(where, "must be a mapping (name:, kind: or preset:, fixed:, ...)")
+    name = raw.get("name")
+    if not isinstance(name, str) or not _SLUG.fullmatch(name):
+        raise SpecError(f"{where}.name", f"must be a short lower-case name (letters and digits), got {name!r}")
+    if name in seen:
+        raise SpecError(f"{where}.name", f"step {name!r} is named twice")
+    seen.add(name)
+    unknown = sorted(set(raw) - STEP_KEYS - {"name"})
+    if unknown:
+        raise SpecError(f"{where}.{unknown[0]}", "not a field of a suite step")
+    if ("kind" in raw) == ("preset" in raw):
+        raise SpecError(where, "needs either kind: (a plug-in) or preset: (a preset's first campaign)")
+    judge = raw.get("judge", [])
+    if not isinstance(judge, list) or not all(isinstance(m, str) and m for m in judge):
+        raise SpecError(f"{where}.judge", "must be a list of metric names")
+    definition = {k: v for k, v in raw.items() if k not in ("name", "judge")}
+    if "preset" in definition:
+        definition = _from_preset(definition, f"{where}.preset")
+    return Step(name, definition, tuple(judge))
+
+
+def _from_preset(step: dict[str, Any], where: str) -> dict[str, Any]:
+    from campaigns.presets import preset_get
+
+    slug = step.pop("preset")
+    preset = preset_get(str(slug)) if isinstance(slug, str) else None
+    if preset is None:
+        raise SpecError(where, f"no preset named {slug!r}")
+    base = {k: v for k, v in preset.campaigns[0].items() if k != "suffix"}
+    fixed = {**(base.get("fixed") or {}), **(step.pop("fixed", None) or {})}
+    overridden = set(fixed) & set(base.get("matrix") or {})
+    matrix = {k: v for k, v in (base.get("matrix") or {}).items() if k not in overridden}
+    return {**base, **step, "fixed": fixed, "matrix": matrix}
+
+
+# --- a suite run: one campaign per step ----------------------------------------------------------------------
+
+
+def suite_run_name(*, suite: Suite, name: str = "") -> str:
+    """The run's name, checked; by default the suite's slug and the time."""
+    name = name or f"{suite.slug}-{timezone.now():%Y%m%d-%H%M%S}"
+    if not _RUN_NAME.fullmatch(name):
+        raise SpecError(
+            "name", "must be letters, digits, '.', '_' or '-' (at most 71), starting with a letter or digit"
+        )
+    return name
+
+
+def suite_launch(
+    *,
+    slug: str,
+    nodes: list[str],
+    name: str = "",
+    steps: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    owner: Any = None,
+    team: Team | None = None,
+) -> list[Campaign]:
+    """Create and launch one campaign per step of the suite on ``nodes`` (all of them or none), in step order; the
+    campaigns queue for the nodes one after the other. ``steps`` picks some of the suite's steps (default: all);
+    ``env`` is added to every step's environment (the site's ``NCCL_SOCKET_IFNAME``, ``PYTHONPATH``, ...)."""
+    suite = suite_get(slug)
+    run_name = suite_run_name(suite=suite, name=name)
+    if not nodes:
+        raise SpecError("nodes", "a suite runs on at least one node")
+    chosen = list(suite.steps)
+    if steps:
+        unknown = [s for s in steps if suite.step(s) is None]
+        if unknown:
+            names = ", ".join(s.name for s in suite.steps)
+            raise SpecError("steps", f"suite {slug} has no step {unknown[0]!r} (steps: {names})")
+        chosen = [s for s in suite.steps if s.name in steps]
+    with transaction.atomic():
+        if suite_run_campaigns(name=run_name, team=team).exists():
+            raise CampaignError(f"a suite run named {run_name!r} exists already", field="name", conflict=True)
+        created = []
+        for step in chosen:
+            data = {
+                **step.definition,
+                "name": f"{run_name}-{step.name}",
+                "nodes": list(nodes),
+                "family": f"{FAMILY_PREFIX}{suite.slug}-{step.name}",
+            }
+            if env:
+                data["env"] = {**(step.definition.get("env") or {}), **env}
+            data.setdefault("description", f"{suite.title}: step {step.name} of suite run {run_name}")
+            try:
+                campaign = campaign_apply(data=data, owner=owner, team=team)
+            except SpecError as exc:
+                raise SpecError(f"steps.{step.name}.{exc.field}".rstrip("."), exc.message) from None
+            created.append(campaign_launch(campaign=campaign, user=owner))
+    return created
+
+
+def suite_run_campaigns(*, name: str, team: Team | None) -> Any:
+    """The campaigns of the suite run ``name`` in ``team`` (or shared), in step order of creation."""
+    return (
+        Campaign.objects.filter(name__startswith=f"{name}-", family__startswith=FAMILY_PREFIX, team=team)
+        .filter(name__regex=rf"^{re.escape(name)}-[a-z][a-z0-9]*$")
+        .order_by("pk")
+    )
+
+
+def step_of(campaign: Campaign) -> tuple[str, str]:
+    """(suite slug, step name) of a suite step's campaign."""
+    slug, _, step = campaign.family[len(FAMILY_PREFIX) :].rpartition("-")
+    return slug, step
