@@ -75,10 +75,20 @@ def campaign_choices(*, request: HttpRequest, selected: list[int]) -> list[dict[
 def point_choices(*, campaign_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
     """Matrix points (index and parameters) of the given campaigns, at most POINT_CHOICES each, by campaign."""
     out: dict[int, list[dict[str, Any]]] = {i: [] for i in campaign_ids}
-    for (cid, point), params in sorted(point_params(campaign_ids=campaign_ids).items()):
-        if len(out[cid]) < POINT_CHOICES:
-            out[cid].append({"point": point, "params": describe_params(params)})
+    found = sorted(point_params(campaign_ids=campaign_ids).items())
+    for cid in campaign_ids:
+        points = [(point, params) for (c, point), params in found if c == cid]
+        varying = _varying_keys([params for _, params in points])
+        for point, params in points[:POINT_CHOICES]:
+            shown = {k: v for k, v in params.items() if k in varying} or params
+            out[cid].append({"point": point, "params": describe_params(shown), "all_params": describe_params(params)})
     return out
+
+
+def _varying_keys(points: list[dict[str, Any]]) -> set[str]:
+    """The parameters whose values differ between the points: what tells a point from its siblings."""
+    keys = {k for params in points for k in params}
+    return {k for k in keys if len({json.dumps(p.get(k), sort_keys=True) for p in points}) > 1}
 
 
 def point_params(*, campaign_ids: list[int]) -> dict[tuple[int, int], dict[str, Any]]:

@@ -124,6 +124,20 @@ def test_it_compares_matrix_points_and_single_runs(owner: Any, team: Any) -> Non
 
 
 @pytest.mark.django_db
+def test_the_point_picker_labels_each_point_by_what_sets_it_apart(owner: Any, team: Any) -> None:
+    c = campaign(team, "picker", axes={"numjobs": [1, 4]})
+    shared = {"bs": "1M", "rw": "read", "size": "16M", "runtime": 2, "time_based": 1}
+    runs(c, 0, {**shared, "numjobs": 1}, {"bw_bytes": [100]})
+    runs(c, 1, {**shared, "numjobs": 4}, {"bw_bytes": [300]})
+    page = client_for(owner).get(f"/compare/?campaign={c.pk}").content.decode()
+
+    assert '<span class="muted small picker-name">numjobs=1</span>' in page
+    assert '<span class="muted small picker-name">numjobs=4</span>' in page
+    titles = [set(t.split(", ")) for t in re.findall(r'class="picker-item" title="([^"]*)"', page)]
+    assert {"bs=1M", "rw=read", "size=16M", "runtime=2", "time_based=1", "numjobs=4"} in titles  # the rest on hover
+
+
+@pytest.mark.django_db
 def test_the_page_reads_the_apis_parameters_and_labels_every_set_as_the_api_does(owner: Any, team: Any) -> None:
     c = campaign(team, "by-jobs", axes={"numjobs": [1, 4]})
     runs(c, 0, {"numjobs": 1}, {"bw_bytes": [100, 102, 98]})
