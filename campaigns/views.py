@@ -210,10 +210,23 @@ def campaign_new(request: HttpRequest) -> HttpResponse:
     return render(request, "campaigns/campaign_builder.html", _builder_context(request, form))
 
 
+def _preset_options(loaded: str) -> list[dict[str, Any]]:
+    """Each preset campaign as an option (``SLUG`` or ``SLUG:SUFFIX``), the one loaded selected."""
+    options = []
+    for preset in preset_list():
+        for i, part in enumerate(preset.campaigns):
+            suffix = part.get("suffix", "")
+            value = f"{preset.slug}:{suffix}" if suffix else preset.slug
+            label = f"{preset.title[:89]}…" if len(preset.title) > 90 else preset.title
+            options.append({"value": value, "label": f"{label} — {suffix}" if suffix else label,
+                            "selected": loaded == value or (loaded == preset.slug and i == 0)})  # fmt: skip
+    return options
+
+
 def _builder_context(request: HttpRequest, form: BuilderForm) -> dict[str, Any]:
     return {
         "form": form,
-        "presets": preset_list(),
+        "preset_options": _preset_options(request.GET.get("preset", "")),
         "previous": visible(Campaign.objects.order_by("-created_at"), request=request).only("pk", "name")[:100],
         "node_tags": sorted({t.name for n in form.nodes for t in n.tags.all()}),
         "gpu_models": sorted({n.gpu_model for n in form.nodes if n.gpu_model}),

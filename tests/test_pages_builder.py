@@ -4,6 +4,7 @@ a node picker of the nodes the team may use; create, create and launch, save as 
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 import pytest
@@ -177,6 +178,10 @@ def test_it_starts_from_a_preset_and_creates_it(member: Any, nodes: None) -> Non
 def test_it_loads_one_part_of_a_preset_suite(member: Any) -> None:
     page = html.unescape(signed_in(member).get(NEW, {"preset": "seed003-ontap-validation:fio-iops"}).content.decode())
     assert "name: seed003-ontap-validation-fio-iops" in page and "randwrite" in page
+    selected = re.findall(
+        r'<option value="([^"]*)" selected>', page.split('id="start-preset"', 1)[1].split("</select>")[0]
+    )
+    assert selected == ["seed003-ontap-validation:fio-iops"]  # the preset loaded stays the one shown in the list
     assert signed_in(member).get(NEW, {"preset": "no-such-preset"}).status_code == 404
 
 
