@@ -572,7 +572,7 @@ class SuiteViewSet(ScopedMixin, viewsets.ViewSet):
     lookup_field = "slug"
     lookup_value_regex = r"[a-z0-9]+"
 
-    @extend_schema(responses={200: dict})
+    @extend_schema(operation_id="suites_list", responses={200: dict})  # a list of suites (not paginated)
     def list(self, request: Request) -> Response:
         return Response([suite_payload(s) for s in suites.suite_list()])
 
