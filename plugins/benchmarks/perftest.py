@@ -8,7 +8,7 @@ list, with the iperf3 plug-in's pairing:
 
 - ``pairs`` (default): host 0 is the client of host 1, host 2 of host 3, ...; all pairs at once; an odd count is
   refused.
-- ``all_pairs``: every pair of hosts, in the iperf3 plug-in's rounds of disjoint pairs (``iperf.pair_rounds``); each
+- ``all_pairs``: every pair of hosts, in the iperf3 plug-in's rounds of disjoint pairs (``localise.pair_rounds``); each
   round runs twice, once with each host of a pair as the client, so both directions of every pair are measured and
   the N x N matrix (client x server) shows a bad link as one cell and a bad node as one row and column.
 
@@ -54,7 +54,7 @@ from plugins.benchmarks.base import (
     ParseError,
     register,
 )
-from plugins.benchmarks.iperf import pair_rounds
+from plugins.localise import pair_rounds
 from plugins.tools import perftest_helper
 
 BANDWIDTH_TESTS = ("ib_write_bw", "ib_read_bw", "ib_send_bw")
