@@ -486,6 +486,12 @@ class _Iperf(Benchmark):
         partners = ",".join(f"{suspect}:{partner}" for suspect, partner in second.partners)
         return {**params, "localise_pass": 2, "partners": partners, "reference_bps": second.reference}
 
+    def pair_flows(self, metrics: list[Metric]) -> localise.Flows:
+        return send_flows(metrics)
+
+    def second_pass_of(self, params: dict[str, Any]) -> localise.SecondPass | None:
+        return second_pass_of(params)
+
     def missing(self, metrics: list[Metric], hosts: list[str]) -> list[str]:
         """Every host that ran clients must report the throughput of its flows."""
         reporting = {m.host for m in metrics if m.name == "throughput_bps" and "peer" in m.labels}
