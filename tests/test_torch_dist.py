@@ -1,5 +1,7 @@
 """rackbench's torch.distributed benchmark (kind torch_dist): its parameters, its mpirun command, its outputs read
-by the nccl-tests parser, and real runs across 2 and 4 nodes of the namespaced lab (gloo on CPUs, over mpirun)."""
+by the nccl-tests parser, its pairwise topologies and two-pass localisation, and real runs across 2 and 4 nodes of
+the namespaced lab (gloo on CPUs, over mpirun) and a two-pass localisation across its six nodes with one link
+degraded."""
 
 from __future__ import annotations
 
@@ -12,13 +14,17 @@ from typing import Any
 
 import pytest
 
+from analysis import selectors
 from campaigns.models import CampaignStatus
 from plugins import localise
 from plugins.benchmarks import torch_dist
 from plugins.benchmarks.base import HostContext, HostInfo, Metric, ParamError, ParseError, get_benchmark
-from tests.conftest import NETNS_LAB_PORT, launch_and_wait
+from runners import lab
+from tests.conftest import NETNS_LAB_NODES, NETNS_LAB_PORT, launch_and_wait
+from tests.test_fleet_e2e import DEGRADED, shape_every_link
 
 FIXTURES = Path(__file__).parent / "fixtures" / "torch_dist"
+FLEET = [f"lab{i}" for i in range(1, NETNS_LAB_NODES + 1)]
 
 
 @pytest.fixture
@@ -96,8 +102,7 @@ def plan_of(command: Any) -> dict[str, Any]:
 
 def test_all_pairs_runs_every_pair_in_rounds_under_one_mpirun_with_one_rank_per_node(bench: Any) -> None:
     hosts = tuple(HostInfo(name=f"n{i}", address=f"10.0.0.{i + 1}", slots=8) for i in range(4))
-    command = bench.build({"topology": "all_pairs"}, HostContext(node="n0", index=0, run_dir="/r", data_dir="/d",
-                                                                 hosts=hosts))  # fmt: skip
+    command = bench.build({"topology": "all_pairs"}, HostContext("n0", 0, "/r", "/d", hosts=hosts))
     argv = command.argv
 
     assert argv[:3] == ["mpirun", "--preload-files", "torch_dist.py,torch_pairs.json"]
@@ -105,8 +110,8 @@ def test_all_pairs_runs_every_pair_in_rounds_under_one_mpirun_with_one_rank_per_
     assert argv[-2:] == ["--pairs", "torch_pairs.json"]
     plan = plan_of(command)
     assert plan["names"] == ["n0", "n1", "n2", "n3"]
-    assert sorted(tuple(p) for pairs in plan["rounds"] for p in pairs) == [(a, b) for a in range(4) for b in range(4)
-                                                                          if a < b]  # fmt: skip
+    every = [(a, b) for a in range(4) for b in range(a + 1, 4)]
+    assert sorted(tuple(p) for pairs in plan["rounds"] for p in pairs) == every
     for pairs in plan["rounds"]:  # disjoint pairs in each round
         assert len({n for p in pairs for n in p}) == 2 * len(pairs)
 
@@ -264,3 +269,74 @@ def test_collectives_and_ddp_run_across_2_and_4_lab_nodes_and_store_busbw(
             assert busbw.order_by("-value").first().value > 0
         else:
             assert run.results.get(name="images_per_sec", host="").value > 0
+
+
+def two_pass(name: str) -> Any:
+    campaign = launch_and_wait(
+        {
+            "name": name,
+            "kind": "torch_dist",
+            "nodes": FLEET,
+            "cache": {"flush_clients": False},
+            "env": {  # as in the 2- and 4-node run above
+                "PYTHONPATH": torch_path(),
+                "OMP_NUM_THREADS": "1",
+                "GLOO_SOCKET_IFNAME": "eth0",
+                "OMPI_MCA_routed": "direct",
+                "OMPI_MCA_plm_rsh_no_tree_spawn": "1",
+                "OMPI_MCA_oob_tcp_if_include": "eth0",
+            },
+            # Messages well past the links' token bucket (200 KB at the line rate), few of them: seconds per pair.
+            "fixed": {
+                "topology": "two_pass",
+                "seed": 18,
+                "nodes": len(FLEET),
+                "min_bytes": "1M",
+                "max_bytes": "4M",
+                "factor": 4,
+                "warmup": 1,
+                "iters": 3,
+                "port": NETNS_LAB_PORT + 27100,
+            },
+            "matrix": {"op": ["all_reduce"]},
+        },
+        timeout=400,
+    )
+
+    assert campaign.status == CampaignStatus.SUCCEEDED, [
+        (r.params, r.error, [h.stderr[-2000:] for h in r.hosts.all()]) for r in campaign.runs.all()
+    ]
+    return campaign
+
+
+@pytest.mark.lab
+@pytest.mark.worker
+def test_two_pass_on_six_lab_nodes_names_the_node_whose_link_runs_at_30_percent_and_no_other(
+    netns_lab: dict[str, Any], worker: Any
+) -> None:
+    shape_every_link(netns_lab["dir"])
+    lab.lab_degrade("lab4", rate=DEGRADED, lab_dir=netns_lab["dir"])
+
+    campaign = two_pass("torch-dist-two-pass-degraded")
+    (verdict,) = selectors.campaign_localisation(campaign=campaign)
+    assert campaign.runs.count() == 2  # pass 1, and the re-tests it called for
+    assert verdict["pairs"] == 3
+    assert "lab4" in verdict["suspects"] and len(verdict["suspects"]) == 2  # lab4 and its random partner
+    assert verdict["bad"] == ["lab4"]
+    assert verdict["cleared"] == [n for n in verdict["suspects"] if n != "lab4"]
+    first = campaign.runs.order_by("sequence").first()
+    pairs = first.results.filter(name="busbw_max_gbps", labels__has_key="peer")
+    assert pairs.count() == 6  # three pairs, each on both of its nodes
+    assert all(r.labels["peer"] != r.host for r in pairs)
+
+
+@pytest.mark.lab
+@pytest.mark.worker
+def test_two_pass_on_a_healthy_six_node_lab_names_no_node(netns_lab: dict[str, Any], worker: Any) -> None:
+    shape_every_link(netns_lab["dir"])
+
+    campaign = two_pass("torch-dist-two-pass-healthy")
+    (verdict,) = selectors.campaign_localisation(campaign=campaign)
+
+    assert campaign.runs.count() == 1  # no pair was low: no second pass
+    assert (verdict["pairs"], verdict["suspects"], verdict["bad"]) == (3, [], [])
