@@ -48,6 +48,13 @@ def random_pair_rounds(count: int, seed: int) -> list[list[tuple[int, int]]]:
     return rounds
 
 
+def ring_rounds(count: int) -> list[list[tuple[int, int]]]:
+    """Every host with the next one, the last with the first, in rounds of disjoint pairs (2 for an even count, 3
+    for an odd one; 2 hosts are one pair)."""
+    ring = [(i, (i + 1) % count) for i in range(count)] if count > 2 else [(0, 1)]
+    return rounds_of([(min(a, b), max(a, b)) for a, b in ring])
+
+
 def partners(value: Any) -> tuple[Pair, ...]:
     """Pass 2's pairs as text, "SUSPECT:PARTNER,..." (a run's parameters are single values): a parameter check."""
     pairs = [p.strip().partition(":") for p in str(value).split(",") if p.strip()]

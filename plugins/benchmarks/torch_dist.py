@@ -181,8 +181,7 @@ def pair_plan(params: dict[str, Any], names: list[str]) -> list[list[tuple[int, 
     if topology == "all_pairs":
         return localise.pair_rounds(count)
     if topology == "ring":
-        ring = [(i, (i + 1) % count) for i in range(count)] if count > 2 else [(0, 1)]
-        return localise.rounds_of([(min(a, b), max(a, b)) for a, b in ring])
+        return localise.ring_rounds(count)
     if p["localise_pass"] == 1:
         return localise.random_pair_rounds(count, p["seed"])
     index = {name: i for i, name in enumerate(names)}
