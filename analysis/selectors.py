@@ -28,8 +28,8 @@ from campaigns.models import SUITE_FAMILY_PREFIX, Campaign, Result, Run, RunHost
 from common.collector import gc_paused
 from inventory.models import StorageSystem
 from plugins import localise
-from plugins.benchmarks import iperf, training
-from plugins.benchmarks.base import get_benchmark
+from plugins.benchmarks import training
+from plugins.benchmarks.base import Benchmark, Metric, get_benchmark
 
 CAMPAIGN_CHOICES = 300  # newest visible campaigns offered in a picker (selected ones always are)
 POINT_CHOICES = 200  # matrix points offered per selected campaign
@@ -462,37 +462,38 @@ def campaign_link_flows(*, campaign: Campaign, point: int | None = None) -> list
 
 
 def campaign_localisation(*, campaign: Campaign) -> list[dict[str, Any]]:
-    """The two-pass localisation of each point of a two_pass iperf3 campaign (plugins/localise.py): pass 1's
-    suspects, and from pass 2 the bad nodes (low with a known-good partner too) and the cleared ones."""
-    if campaign.kind != "iperf3":
-        return []
+    """The two-pass localisation of each point of a two_pass campaign (iperf3, torch_dist: plugins/localise.py):
+    pass 1's suspects, and from pass 2 the bad nodes (low with a known-good partner too) and the cleared ones."""
+    benchmark = get_benchmark(campaign.kind)
     runs = list(campaign.runs.filter(status=RunStatus.SUCCEEDED, params__topology="two_pass").order_by("sequence"))
-    flows = _send_flows(runs)
+    flows = _pair_flows(benchmark, runs)
     verdicts = []
     for first in (r for r in runs if r.params.get("localise_pass", 1) == 1):
         pairs = len(localise.pair_values(flows[first.pk]))
         verdict: dict[str, Any] = {"point": first.point, "pairs": pairs, "suspects": [], "bad": [], "cleared": [],
                                    "untested": [], "partners": []}  # fmt: skip
         for second in (r for r in runs if r.point == first.point and r.sequence > first.sequence):
-            plan = iperf.second_pass_of(planning.benchmark_params(second.params))
+            plan = benchmark.second_pass_of(planning.benchmark_params(second.params))
             if plan is None:
                 continue
             judged = localise.judge(plan, flows[second.pk], threshold=float(second.params.get("threshold", 0.7)))
             verdict.update(asdict(judged), partners=[f"{a}:{b}" for a, b in plan.partners])
-            verdict["reference_bps"] = plan.reference
+            verdict["reference"] = plan.reference  # in the unit of the pairs' values (iperf3 bit/s, torch_dist GB/s)
+            if campaign.kind == "iperf3":
+                verdict["reference_bps"] = plan.reference
             break
         verdicts.append(verdict)
     return verdicts
 
 
-def _send_flows(runs: list[Run]) -> dict[int, localise.Flows]:
-    """{run id: {(sender, receiver): bit/s}} of these runs' iperf flows (one query)."""
-    found: dict[int, localise.Flows] = {run.pk: {} for run in runs}
-    rows = Result.objects.filter(HOST_RESULTS, run__in=runs, name="throughput_bps", labels__direction="send")
-    for run_id, host, labels, value in rows.values_list("run_id", "host", "labels", "value"):
-        if "peer" in labels:
-            found[run_id][(host, str(labels["peer"]))] = value
-    return found
+def _pair_flows(benchmark: Benchmark, runs: list[Run]) -> dict[int, localise.Flows]:
+    """{run id: {(node, peer): value}} of these runs' pairwise results, as the benchmark reads them (one query)."""
+    found: dict[int, list[Metric]] = {run.pk: [] for run in runs}
+    rows = Result.objects.filter(HOST_RESULTS, run__in=runs, labels__has_key="peer")
+    fields = ("run_id", "name", "unit", "host", "labels", "value")
+    for run_id, name, unit, host, labels, value in rows.values_list(*fields):
+        found[run_id].append(Metric(name=name, value=value, unit=unit, host=host, labels=labels))
+    return {pk: benchmark.pair_flows(metrics) for pk, metrics in found.items()}
 
 
 def campaign_link_points(*, campaign: Campaign) -> list[int]:

@@ -1,4 +1,5 @@
-"""Two-pass localisation of a bad node from pairwise tests (the idea of Google's cluster-health-scanner).
+"""Pairwise plans (rounds of disjoint pairs) and two-pass localisation of a bad node from pairwise tests (the idea
+of Google's cluster-health-scanner), shared by the pairwise plug-ins (iperf3, perftest, torch_dist).
 
 Pass 1 pairs the nodes at random (one round of disjoint pairs; with an odd count the node left over is paired
 again with a random other one in a second round) and measures both directions of every pair. A pair is *low* when
@@ -16,9 +17,23 @@ from __future__ import annotations
 import random
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
 Flows = dict[tuple[str, str], float]
 Pair = tuple[str, str]
+
+
+def pair_rounds(count: int) -> list[list[tuple[int, int]]]:
+    """Rounds of disjoint pairs covering every pair of ``count`` hosts once (the circle method): host 0 stays put,
+    the others rotate; with an odd count a bye takes the missing place and its partner sits the round out."""
+    slots: list[int | None] = list(range(count)) + ([None] if count % 2 else [])
+    rounds = []
+    for _ in range(len(slots) - 1):
+        half = len(slots) // 2
+        pairs = [(slots[i], slots[-1 - i]) for i in range(half)]
+        rounds.append([(min(a, b), max(a, b)) for a, b in pairs if a is not None and b is not None])
+        slots = [slots[0], slots[-1], *slots[1:-1]]
+    return rounds
 
 
 def random_pair_rounds(count: int, seed: int) -> list[list[tuple[int, int]]]:
@@ -31,6 +46,21 @@ def random_pair_rounds(count: int, seed: int) -> list[list[tuple[int, int]]]:
         left, partner = order[-1], random.Random(seed + 1).choice(order[:-1])
         rounds.append([(min(left, partner), max(left, partner))])
     return rounds
+
+
+def ring_rounds(count: int) -> list[list[tuple[int, int]]]:
+    """Every host with the next one, the last with the first, in rounds of disjoint pairs (2 for an even count, 3
+    for an odd one; 2 hosts are one pair)."""
+    ring = [(i, (i + 1) % count) for i in range(count)] if count > 2 else [(0, 1)]
+    return rounds_of([(min(a, b), max(a, b)) for a, b in ring])
+
+
+def partners(value: Any) -> tuple[Pair, ...]:
+    """Pass 2's pairs as text, "SUSPECT:PARTNER,..." (a run's parameters are single values): a parameter check."""
+    pairs = [p.strip().partition(":") for p in str(value).split(",") if p.strip()]
+    if any(not sep or not a or not b or a == b for a, sep, b in pairs):
+        raise ValueError(f"must be NODE:NODE pairs of two hosts separated by commas, got {value!r}")
+    return tuple((a.strip(), b.strip()) for a, _, b in pairs)
 
 
 def rounds_of(pairs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:

@@ -17,7 +17,7 @@ from rest_framework.test import APIClient
 from analysis import fleet
 from campaigns.models import Campaign, CampaignStatus, Result, Run, RunStatus
 from common.errors import ParamError
-from plugins.benchmarks.base import get_benchmark
+from plugins.benchmarks.base import Metric, get_benchmark
 
 _sequence = count(1)
 
@@ -284,3 +284,43 @@ def test_the_fleet_page_shows_a_page_of_nodes_outliers_first_and_every_cell_in_t
     assert "<th>lab12</th>" in third and "<th>lab9</th>" not in third
     assert {row[0] for row in cells[1:]} == {f"lab{i}" for i in range(1, 13)}
     assert "page '9' is not one of" in client.get(url, {"page": "9"}).content.decode().replace("&#x27;", "'")
+
+
+def stored_torch_two_pass(team: Any) -> Campaign:
+    """A torch_dist two_pass campaign as it stores itself: pass 1's random pairs (lab4's pair low), and pass 2
+    re-testing lab4 and its partner with known-good nodes (lab4 low again)."""
+    campaign = Campaign.objects.create(name="torch-two-pass", kind="torch_dist", team=team,
+                                       status=CampaignStatus.SUCCEEDED, matrix=[["op", ["all_reduce"]]])  # fmt: skip
+    bench = get_benchmark("torch_dist")
+    passes = [
+        ({"topology": "two_pass"}, [("lab1", "lab2"), ("lab3", "lab4"), ("lab5", "lab6")]),
+        (None, [("lab3", "lab1"), ("lab4", "lab2")]),
+    ]
+    params: dict[str, Any] = {"topology": "two_pass"}
+    for asked, pairs in passes:
+        params = asked or params
+        run = Run.objects.create(campaign=campaign, sequence=next(_sequence), point=0, params=params, repetition=1,
+                                 status=RunStatus.SUCCEEDED)  # fmt: skip
+        metrics = [
+            Metric("busbw_max_gbps", 0.015 if "lab4" in (a, b) else 0.05, "GB/s", node, {"peer": peer, "round": 0})
+            for a, b in pairs
+            for node, peer in ((a, b), (b, a))
+        ]
+        Result.objects.bulk_create(
+            Result(run=run, name=m.name, value=m.value, unit=m.unit, host=m.host, labels=m.labels) for m in metrics
+        )
+        params = bench.follow_up(params, metrics) or params
+    return campaign
+
+
+@pytest.mark.django_db
+def test_a_torch_dist_two_pass_verdict_is_on_the_links_page_and_in_the_api(owner: Any, team: Any) -> None:
+    campaign = stored_torch_two_pass(team)
+
+    page = logged_in(owner).get(f"/analysis/campaigns/{campaign.pk}/links/").content.decode()
+    links = api_for(owner).get(f"/api/v1/campaigns/{campaign.pk}/links/").json()
+
+    assert "lab4: bad (low with a good partner too)" in page and "lab3: cleared" in page
+    (verdict,) = links["localisation"]
+    assert (verdict["suspects"], verdict["bad"], verdict["cleared"]) == (["lab3", "lab4"], ["lab4"], ["lab3"])
+    assert verdict["reference"] == 0.05

@@ -385,3 +385,17 @@ def test_the_helpers_of_all_hosts_keep_in_step_and_measure_every_planned_pair(pe
     assert set(measured) == expected
     for (client, server), bps in measured.items():  # the client's own table, of its own pair
         assert bps == pytest.approx(float(f"{int(client[1:]) + 2}.{int(server[1:]) + 2}") * 1e9)
+
+
+@pytest.mark.parametrize("count", [2, 3, 4, 5])
+def test_ring_measures_both_directions_of_each_host_and_the_next_in_disjoint_rounds(perftest, count):
+    plans = [plan(perftest.build({"topology": "ring"}, context(i, hosts(count)))) for i in range(count)]
+    measured = set()
+    for index, found in enumerate(plans):
+        for s in found["steps"]:
+            assert s["round"] == s["step"] // 2
+            if s["role"] == "client":
+                measured.add((index, int(s["peer"][1:])))
+        assert len({s["step"] for s in found["steps"]}) == len(found["steps"])  # one test at a time per host
+    ring = {(i, (i + 1) % count) for i in range(count)} if count > 2 else {(0, 1)}
+    assert measured == ring | {(b, a) for a, b in ring}

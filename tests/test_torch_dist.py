@@ -1,20 +1,30 @@
 """rackbench's torch.distributed benchmark (kind torch_dist): its parameters, its mpirun command, its outputs read
-by the nccl-tests parser, and real runs across 2 and 4 nodes of the namespaced lab (gloo on CPUs, over mpirun)."""
+by the nccl-tests parser, its pairwise topologies and two-pass localisation, and real runs across 2 and 4 nodes of
+the namespaced lab (gloo on CPUs, over mpirun) and a two-pass localisation across its six nodes with one link
+degraded."""
 
 from __future__ import annotations
 
+import json
 import os
+import statistics
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from analysis import selectors
 from campaigns.models import CampaignStatus
-from plugins.benchmarks.base import HostContext, HostInfo, ParamError, get_benchmark
-from tests.conftest import NETNS_LAB_PORT, launch_and_wait
+from plugins import localise
+from plugins.benchmarks import torch_dist
+from plugins.benchmarks.base import HostContext, HostInfo, Metric, ParamError, ParseError, get_benchmark
+from runners import lab
+from tests.conftest import NETNS_LAB_NODES, NETNS_LAB_PORT, launch_and_wait
+from tests.test_fleet_e2e import DEGRADED, shape_every_link
 
 FIXTURES = Path(__file__).parent / "fixtures" / "torch_dist"
+FLEET = [f"lab{i}" for i in range(1, NETNS_LAB_NODES + 1)]
 
 
 @pytest.fixture
@@ -81,6 +91,115 @@ def test_a_run_without_results_is_an_error_naming_what_is_missing(bench: Any) ->
     with pytest.raises(Exception, match="no torch_dist result"):
         bench.parse("Traceback (most recent call last):\n  ...\nRuntimeError: Connection refused\n")
     assert "did not finish" in bench.missing([], ["n0"])[0]
+
+
+# --- pairwise topologies and two-pass localisation ---------------------------------------------------------------
+
+
+def plan_of(command: Any) -> dict[str, Any]:
+    return json.loads(command.files["torch_pairs.json"])
+
+
+def test_all_pairs_runs_every_pair_in_rounds_under_one_mpirun_with_one_rank_per_node(bench: Any) -> None:
+    hosts = tuple(HostInfo(name=f"n{i}", address=f"10.0.0.{i + 1}", slots=8) for i in range(4))
+    command = bench.build({"topology": "all_pairs"}, HostContext("n0", 0, "/r", "/d", hosts=hosts))
+    argv = command.argv
+
+    assert argv[:3] == ["mpirun", "--preload-files", "torch_dist.py,torch_pairs.json"]
+    assert argv[argv.index("-n") + 1] == "4" and argv[argv.index("--host") + 1].endswith("10.0.0.4:1")
+    assert argv[-2:] == ["--pairs", "torch_pairs.json"]
+    plan = plan_of(command)
+    assert plan["names"] == ["n0", "n1", "n2", "n3"]
+    every = [(a, b) for a in range(4) for b in range(a + 1, 4)]
+    assert sorted(tuple(p) for pairs in plan["rounds"] for p in pairs) == every
+    for pairs in plan["rounds"]:  # disjoint pairs in each round
+        assert len({n for p in pairs for n in p}) == 2 * len(pairs)
+
+
+@pytest.mark.parametrize(
+    ("topology", "count", "rounds"),
+    [
+        ("pairs", 4, [[[0, 1], [2, 3]]]),
+        ("ring", 4, [[[0, 1], [2, 3]], [[1, 2], [0, 3]]]),
+        ("ring", 3, [[[0, 1]], [[1, 2]], [[0, 2]]]),
+    ],
+)
+def test_pairs_and_ring_plan_disjoint_rounds(bench: Any, topology: str, count: int, rounds: list[Any]) -> None:
+    assert plan_of(bench.build({"topology": topology}, context(0, count)))["rounds"] == rounds
+
+
+def test_two_pass_runs_random_pairs_then_pass_twos_partners(bench: Any) -> None:
+    first = plan_of(bench.build({"topology": "two_pass", "seed": 3}, context(0, 6)))["rounds"]
+    assert [[tuple(p) for p in pairs] for pairs in first] == localise.random_pair_rounds(6, 3)
+    params = {"topology": "two_pass", "localise_pass": 2, "partners": "n0:n2,n1:n2", "reference_gbps": 1.5}
+    assert plan_of(bench.build(params, context(0, 6)))["rounds"] == [[[0, 2]], [[1, 2]]]  # n2 in one test at once
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"topology": "mesh"}, "topology"),
+        ({"topology": "pairs", "op": "ddp"}, "topology"),
+        ({"topology": "pairs", "mpi_slots": 8}, "mpi_slots"),
+        ({"seed": 3}, "seed"),
+        ({"topology": "two_pass", "partners": "n0:n1"}, "partners"),
+        ({"topology": "two_pass", "localise_pass": 2}, "partners"),
+        ({"topology": "two_pass", "threshold": 2}, "threshold"),
+    ],
+)
+def test_bad_pairwise_parameters_are_refused_naming_the_field(bench: Any, params: dict[str, Any], field: str) -> None:
+    with pytest.raises(ParamError) as raised:
+        bench.validate(params)
+    assert raised.value.field == field
+
+
+def test_pairs_needs_an_even_host_count(bench: Any) -> None:
+    with pytest.raises(ParamError, match="even number"):
+        bench.build({"topology": "pairs"}, context(0, 3))
+
+
+def test_each_pairs_table_is_read_and_stored_on_both_of_its_nodes(bench: Any) -> None:
+    metrics = bench.parse((FIXTURES / "all_reduce-gloo-pairs-4ranks.txt").read_text(), host="n0")
+    flows = torch_dist.pair_flows(metrics)
+
+    assert sorted(flows) == [("n0", "n1"), ("n0", "n2"), ("n1", "n0"), ("n2", "n0"), ("n2", "n3"), ("n3", "n2")]
+    assert flows[("n0", "n1")] == flows[("n1", "n0")] > 0
+    sizes = {m.labels["size_bytes"] for m in metrics if m.name == "busbw_gbps" and m.host == "n3"}
+    assert sizes == {65536, 262144, 1048576}
+    assert {m.labels["round"] for m in metrics if m.host == "n0"} == {0, 1}
+    total = {m.name: m.value for m in bench.aggregate(metrics)}
+    assert total["ranks"] == 2 and total["wrong"] == 0
+    assert total["busbw_max_gbps"] == statistics.median([flows[("n0", "n1")], flows[("n0", "n2")], flows[("n2", "n3")]])
+    assert bench.missing([*metrics, *bench.aggregate(metrics)], ["n0"]) == []
+
+
+def test_a_pairwise_run_that_ended_early_is_an_error() -> None:
+    text = (FIXTURES / "all_reduce-gloo-pairs-4ranks.txt").read_text()
+    with pytest.raises(ParseError, match="before every pair"):
+        get_benchmark("torch_dist").parse(text[: text.index("#rackbench-pairs")], host="n0")
+
+
+def pair_metrics(pairs: list[tuple[str, str]], slow: set[str]) -> list[Metric]:
+    return [
+        Metric("busbw_max_gbps", 0.3 if slow & {a, b} else 1.0, "GB/s", host=node, labels={"peer": peer, "round": 0})
+        for a, b in pairs
+        for node, peer in ((a, b), (b, a))
+    ]
+
+
+def test_two_pass_follows_a_low_pair_with_known_good_partners_and_judges_only_its_node(bench: Any) -> None:
+    params = {"topology": "two_pass", "iters": 2}
+    first = pair_metrics([("n0", "n1"), ("n2", "n3"), ("n4", "n5")], slow={"n3"})
+
+    second = bench.follow_up(params, first)
+
+    assert second["localise_pass"] == 2 and second["partners"] == "n2:n0,n3:n1" and second["reference_gbps"] == 1.0
+    plan = bench.second_pass_of(second)
+    assert plan == localise.SecondPass(["n2", "n3"], ["n0", "n1"], [("n2", "n0"), ("n3", "n1")], 1.0)
+    verdict = localise.judge(plan, bench.pair_flows(pair_metrics(plan.partners, slow={"n3"})), threshold=0.7)
+    assert (verdict.bad, verdict.cleared) == (["n3"], ["n2"])
+    assert bench.follow_up(second, first) is None  # pass 2 asks for nothing more
+    assert bench.follow_up(params, pair_metrics([("n0", "n1"), ("n2", "n3")], slow=set())) is None
 
 
 # --- for real, across lab nodes -----------------------------------------------------------------------------------
@@ -150,3 +269,74 @@ def test_collectives_and_ddp_run_across_2_and_4_lab_nodes_and_store_busbw(
             assert busbw.order_by("-value").first().value > 0
         else:
             assert run.results.get(name="images_per_sec", host="").value > 0
+
+
+def two_pass(name: str) -> Any:
+    campaign = launch_and_wait(
+        {
+            "name": name,
+            "kind": "torch_dist",
+            "nodes": FLEET,
+            "cache": {"flush_clients": False},
+            "env": {  # as in the 2- and 4-node run above
+                "PYTHONPATH": torch_path(),
+                "OMP_NUM_THREADS": "1",
+                "GLOO_SOCKET_IFNAME": "eth0",
+                "OMPI_MCA_routed": "direct",
+                "OMPI_MCA_plm_rsh_no_tree_spawn": "1",
+                "OMPI_MCA_oob_tcp_if_include": "eth0",
+            },
+            # Messages well past the links' token bucket (200 KB at the line rate), few of them: seconds per pair.
+            "fixed": {
+                "topology": "two_pass",
+                "seed": 18,
+                "nodes": len(FLEET),
+                "min_bytes": "1M",
+                "max_bytes": "4M",
+                "factor": 4,
+                "warmup": 1,
+                "iters": 3,
+                "port": NETNS_LAB_PORT + 27100,
+            },
+            "matrix": {"op": ["all_reduce"]},
+        },
+        timeout=400,
+    )
+
+    assert campaign.status == CampaignStatus.SUCCEEDED, [
+        (r.params, r.error, [h.stderr[-2000:] for h in r.hosts.all()]) for r in campaign.runs.all()
+    ]
+    return campaign
+
+
+@pytest.mark.lab
+@pytest.mark.worker
+def test_two_pass_on_six_lab_nodes_names_the_node_whose_link_runs_at_30_percent_and_no_other(
+    netns_lab: dict[str, Any], worker: Any
+) -> None:
+    shape_every_link(netns_lab["dir"])
+    lab.lab_degrade("lab4", rate=DEGRADED, lab_dir=netns_lab["dir"])
+
+    campaign = two_pass("torch-dist-two-pass-degraded")
+    (verdict,) = selectors.campaign_localisation(campaign=campaign)
+    assert campaign.runs.count() == 2  # pass 1, and the re-tests it called for
+    assert verdict["pairs"] == 3
+    assert "lab4" in verdict["suspects"] and len(verdict["suspects"]) == 2  # lab4 and its random partner
+    assert verdict["bad"] == ["lab4"]
+    assert verdict["cleared"] == [n for n in verdict["suspects"] if n != "lab4"]
+    first = campaign.runs.order_by("sequence").first()
+    pairs = first.results.filter(name="busbw_max_gbps", labels__has_key="peer")
+    assert pairs.count() == 6  # three pairs, each on both of its nodes
+    assert all(r.labels["peer"] != r.host for r in pairs)
+
+
+@pytest.mark.lab
+@pytest.mark.worker
+def test_two_pass_on_a_healthy_six_node_lab_names_no_node(netns_lab: dict[str, Any], worker: Any) -> None:
+    shape_every_link(netns_lab["dir"])
+
+    campaign = two_pass("torch-dist-two-pass-healthy")
+    (verdict,) = selectors.campaign_localisation(campaign=campaign)
+
+    assert campaign.runs.count() == 1  # no pair was low: no second pass
+    assert (verdict["pairs"], verdict["suspects"], verdict["bad"]) == (3, [], [])

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from common.errors import ParamError as ParamError
 from common.errors import ParseError as ParseError
+from plugins import localise
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,16 @@ class Benchmark:
     def follow_up(self, params: dict[str, Any], metrics: list[Metric]) -> dict[str, Any] | None:
         """The parameters of a run the campaign adds after a run of ``params`` succeeded with these per-host
         ``metrics`` (a localisation's second pass), or None; it runs on the same hosts."""
+        return None
+
+    def pair_flows(self, metrics: list[Metric]) -> localise.Flows:
+        """{(node, peer): value} of a pairwise run's per-host metrics, higher is better (what two-pass localisation
+        judges); empty for a benchmark without pairs."""
+        return {}
+
+    def second_pass_of(self, params: dict[str, Any]) -> localise.SecondPass | None:
+        """What a run of a localisation's pass 2 re-tests (from its parameters), to judge with ``localise.judge``;
+        None for any other run."""
         return None
 
     def check(self, params: dict[str, Any], metrics: list[Metric], logs: dict[str, str]) -> list[str]:

@@ -89,6 +89,8 @@ from plugins.benchmarks.base import (
 )
 from plugins.tools import iperf_helper
 
+pair_rounds = localise.pair_rounds  # where the perftest plug-in and older callers find it
+
 TOPOLOGIES = ("pairs", "to_first", "all_to_all", "all_pairs", "ring", "two_pass")
 IN_ROUNDS = ("all_pairs", "two_pass")  # one server per host, clients round after round (see all_pairs)
 LOCALISING = ("seed", "threshold", "localise_pass", "partners", "reference_bps")  # two_pass only
@@ -179,14 +181,6 @@ def _interface_addresses(value: Any) -> dict[str, str]:
     return found
 
 
-def _partners(value: Any) -> tuple[tuple[str, str], ...]:
-    """Pass 2's pairs as text, "SUSPECT:PARTNER,..." (a run's parameters are single values)."""
-    pairs = [p.strip().partition(":") for p in str(value).split(",") if p.strip()]
-    if any(not sep or not a or not b or a == b for a, sep, b in pairs):
-        raise ValueError(f"must be NODE:NODE pairs of two hosts separated by commas, got {value!r}")
-    return tuple((a.strip(), b.strip()) for a, _, b in pairs)
-
-
 _BITRATE = _quantity(
     r"[0-9]{1,12}(\.[0-9]{1,6})?[KMGkmg]?", "bits per second such as 10G, 500M or 0 (no limit)", zero=True
 )
@@ -212,7 +206,7 @@ PARAMS: dict[str, tuple[parameters.Check, Any]] = {
     "threshold": (parameters.number(0.01, 1), 0.7),
     # Set on the run of pass 2, which the campaign adds after pass 1 (follow_up): its pairs and pass 1's reference.
     "localise_pass": (parameters.integer(1, 2), 1),
-    "partners": (_partners, ()),
+    "partners": (localise.partners, ()),
     "reference_bps": (parameters.number(0, 1e15), None),
 }
 
@@ -222,19 +216,6 @@ def _checked(key: str, value: Any) -> Any:
 
 
 # --- topology and commands ------------------------------------------------------------------------------------
-
-
-def pair_rounds(count: int) -> list[list[tuple[int, int]]]:
-    """Rounds of disjoint pairs covering every pair of ``count`` hosts once (the circle method): host 0 stays put,
-    the others rotate; with an odd count a bye takes the missing place and its partner sits the round out."""
-    slots: list[int | None] = list(range(count)) + ([None] if count % 2 else [])
-    rounds = []
-    for _ in range(len(slots) - 1):
-        half = len(slots) // 2
-        pairs = [(slots[i], slots[-1 - i]) for i in range(half)]
-        rounds.append([(min(a, b), max(a, b)) for a, b in pairs if a is not None and b is not None])
-        slots = [slots[0], slots[-1], *slots[1:-1]]
-    return rounds
 
 
 def _flows(topology: str, count: int) -> list[tuple[int, int]]:
@@ -504,6 +485,12 @@ class _Iperf(Benchmark):
             return None
         partners = ",".join(f"{suspect}:{partner}" for suspect, partner in second.partners)
         return {**params, "localise_pass": 2, "partners": partners, "reference_bps": second.reference}
+
+    def pair_flows(self, metrics: list[Metric]) -> localise.Flows:
+        return send_flows(metrics)
+
+    def second_pass_of(self, params: dict[str, Any]) -> localise.SecondPass | None:
+        return second_pass_of(params)
 
     def missing(self, metrics: list[Metric], hosts: list[str]) -> list[str]:
         """Every host that ran clients must report the throughput of its flows."""

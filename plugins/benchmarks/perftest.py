@@ -8,9 +8,11 @@ list, with the iperf3 plug-in's pairing:
 
 - ``pairs`` (default): host 0 is the client of host 1, host 2 of host 3, ...; all pairs at once; an odd count is
   refused.
-- ``all_pairs``: every pair of hosts, in the iperf3 plug-in's rounds of disjoint pairs (``iperf.pair_rounds``); each
+- ``all_pairs``: every pair of hosts, in the iperf3 plug-in's rounds of disjoint pairs (``localise.pair_rounds``); each
   round runs twice, once with each host of a pair as the client, so both directions of every pair are measured and
   the N x N matrix (client x server) shows a bad link as one cell and a bad node as one row and column.
+- ``ring``: every host with the next, the last with the first, in rounds of disjoint pairs
+  (``localise.ring_rounds``), each round run twice as all_pairs runs it.
 
 Every host runs one main command, a small helper (``rackbench_perftest.py``, Python 3.6+) that runs the host's steps
 in order from a JSON plan. Step ``k`` listens on ``port + k``, so a client can never reach a server of another step;
@@ -43,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from common import parameters
+from plugins import localise
 from plugins.benchmarks.base import (
     Benchmark,
     HostCommand,
@@ -54,12 +57,12 @@ from plugins.benchmarks.base import (
     ParseError,
     register,
 )
-from plugins.benchmarks.iperf import pair_rounds
 from plugins.tools import perftest_helper
 
 BANDWIDTH_TESTS = ("ib_write_bw", "ib_read_bw", "ib_send_bw")
 LATENCY_TESTS = ("ib_write_lat", "ib_read_lat", "ib_send_lat")
-TOPOLOGIES = ("pairs", "all_pairs")
+TOPOLOGIES = ("pairs", "all_pairs", "ring")
+IN_ROUNDS = ("all_pairs", "ring")
 HELPER = "rackbench_perftest.py"
 PLAN = "steps.json"
 HEADER = perftest_helper.HEADER
@@ -195,8 +198,9 @@ def steps(topology: str, count: int) -> list[list[tuple[int, int]]]:
         if count % 2:
             raise ParamError("topology", f"pairs needs an even number of hosts, the run has {count}")
         return [[(c, c + 1) for c in range(0, count, 2)]]
+    rounds = localise.ring_rounds(count) if topology == "ring" else localise.pair_rounds(count)
     found = []
-    for pairs in pair_rounds(count):
+    for pairs in rounds:
         found.append([(a, b) for a, b in pairs])
         found.append([(b, a) for a, b in pairs])
     return found
@@ -316,7 +320,7 @@ class Perftest(Benchmark):
                     continue
                 port = ["-p", str(p["port"] + number)]
                 step: dict[str, Any] = {"step": number}
-                if p["topology"] == "all_pairs":
+                if p["topology"] in IN_ROUNDS:
                     step["round"] = number // 2
                 if me == server:
                     step.update(role="server", peer=hosts[client].name, argv=[p["test"], *shared, *port])

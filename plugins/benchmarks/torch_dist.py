@@ -15,14 +15,37 @@ Collectives are printed in nccl-tests' table format and read by the nccl-tests p
 so the metrics are nccl-tests' own: ``busbw_gbps``/``algbw_gbps``/``time_us``/``wrong`` per message size (labels
 size_bytes and placement: in-place for all_reduce, out-of-place for all_gather), ``busbw_avg_gbps``,
 ``busbw_max_gbps``, ``ranks``. DDP gives ``images_per_sec`` (all ranks) and ``images_per_sec_per_device``.
+
+Topology (param ``topology``, collectives only): ``all`` (default) runs one collective across every rank. The
+pairwise ones run a 2-rank collective per pair of nodes, one rank per node (``mpi_slots`` 1), every pair of a round
+at once, rounds one after another (plugins/localise.py plans them):
+
+- ``pairs``: host 0 with host 1, host 2 with host 3, ... (an odd host count is refused), one round.
+- ``all_pairs``: every pair, in rounds of disjoint pairs (the circle method, as iperf3's all_pairs).
+- ``ring``: every host with the next, the last with the first, in rounds of disjoint pairs.
+- ``two_pass``: two-pass localisation exactly as iperf3's (``seed``, ``threshold``; the campaign adds pass 2 through
+  ``follow_up`` with ``localise_pass: 2``, ``partners`` and pass 1's ``reference_gbps``). A pair's value is its
+  ``busbw_max_gbps``: the largest messages, where the link rather than latency bounds it.
+
+They run under one mpirun with a process group per pair, not one mpirun per pair: the rounds must not overlap (a
+shared good partner of pass 2 would carry two tests at once), and a world barrier keeps them apart where separate
+launches would need a clock; it is also the one launch path the lab already proves (one ssh fan-out, one rendezvous
+on the first host), and rank 0 prints every pair's table. Each pair's metrics are stored on both of its nodes,
+labelled ``{"peer": other node, "round": R}`` (so the fleet view judges nodes by their pairs); the run's aggregate
+is the median pair's busbw_avg/busbw_max, and the sum of wrong elements.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from common import parameters
+from plugins import localise
 from plugins.benchmarks.base import (
     Benchmark,
     HostCommand,
@@ -58,7 +81,22 @@ _INTEGERS = {
     "steps": (1, 1_000_000, 20),
     "warmup_steps": (0, 100_000, 3),
 }
-KNOWN = frozenset({"op", "backend", "min_bytes", "max_bytes", "python", *_INTEGERS, *MPI_PARAMS})
+TOPOLOGIES = ("all", "pairs", "all_pairs", "ring", "two_pass")
+PLAN = "torch_pairs.json"
+PAIR_METRIC = "busbw_max_gbps"  # what a pair is judged by in two_pass
+_PAIR_HEADER = re.compile(r"^#rackbench-pair (.*)$", re.MULTILINE)
+_PAIRS_FOOTER = re.compile(r"^#rackbench-pairs (.*)$", re.MULTILINE)
+# Pairwise topologies, validated through common/parameters (check, default).
+PAIR_PARAMS: dict[str, tuple[parameters.Check, Any]] = {
+    "topology": (parameters.choice(*TOPOLOGIES), "all"),
+    "seed": (parameters.integer(0, 2**31), 0),
+    "threshold": (parameters.number(0.01, 1), 0.7),
+    "localise_pass": (parameters.integer(1, 2), 1),
+    "partners": (localise.partners, ()),
+    "reference_gbps": (parameters.number(0, 1e9), None),
+}
+LOCALISING = ("seed", "threshold", "localise_pass", "partners", "reference_gbps")  # two_pass only
+KNOWN = frozenset({"op", "backend", "min_bytes", "max_bytes", "python", *_INTEGERS, *MPI_PARAMS, *PAIR_PARAMS})
 
 
 def _size(params: dict[str, Any], name: str, default: int) -> int:
@@ -94,6 +132,7 @@ def program_args(params: dict[str, Any], master: str) -> list[str]:
     unknown = sorted(set(params) - KNOWN)
     if unknown:
         raise ParamError(unknown[0], f"unknown torch_dist parameter (known: {', '.join(sorted(KNOWN))})")
+    pair_params(params)
     op, backend = _choice(params, "op", OPS), _choice(params, "backend", BACKENDS)
     low, high = _size(params, "min_bytes", 8), _size(params, "max_bytes", 4 * 1024**2)
     if low > high:
@@ -108,6 +147,57 @@ def program_args(params: dict[str, Any], master: str) -> list[str]:
     for name in names:
         args += [f"--{name.replace('_', '-')}", str(values[name])]
     return args
+
+
+def pair_params(params: dict[str, Any]) -> dict[str, Any]:
+    """The topology and two_pass parameters, checked together; ParamError names the field."""
+    given = {key: parameters.checked(key, PAIR_PARAMS[key][0], params[key]) for key in PAIR_PARAMS if key in params}
+    merged = {key: given.get(key, default) for key, (_, default) in PAIR_PARAMS.items()}
+    if merged["topology"] != "all" and params.get("op") == "ddp":
+        raise ParamError("topology", "pairwise topologies run collectives (all_reduce, all_gather), not ddp")
+    if merged["topology"] != "all" and params.get("mpi_slots", 1) not in (1, "1"):
+        raise ParamError("mpi_slots", f"{merged['topology']} runs one rank per node: leave mpi_slots at 1")
+    localising = sorted(set(given) & set(LOCALISING))
+    if localising and merged["topology"] != "two_pass":
+        raise ParamError(localising[0], "applies to topology two_pass only")
+    second_only = sorted(set(given) & {"partners", "reference_gbps"})
+    if second_only and merged["localise_pass"] == 1:
+        raise ParamError(second_only[0], "is set by the campaign on the run of pass 2 (localise_pass: 2)")
+    if merged["localise_pass"] == 2 and (not merged["partners"] or merged["reference_gbps"] is None):
+        raise ParamError("partners", "pass 2 needs its partners and pass 1's reference_gbps")
+    return merged
+
+
+def pair_plan(params: dict[str, Any], names: list[str]) -> list[list[tuple[int, int]]]:
+    """The rounds of pairs (host indexes) a pairwise topology runs on these hosts."""
+    p, count = pair_params(params), len(names)
+    topology = p["topology"]
+    if count < 2:
+        raise ParamError("topology", f"{topology} needs at least 2 hosts, the run has {count}")
+    if topology == "pairs":
+        if count % 2:
+            raise ParamError("topology", f"pairs needs an even number of hosts, the run has {count}")
+        return [[(i, i + 1) for i in range(0, count, 2)]]
+    if topology == "all_pairs":
+        return localise.pair_rounds(count)
+    if topology == "ring":
+        return localise.ring_rounds(count)
+    if p["localise_pass"] == 1:
+        return localise.random_pair_rounds(count, p["seed"])
+    index = {name: i for i, name in enumerate(names)}
+    unknown = sorted({name for pair in p["partners"] for name in pair} - set(index))
+    if unknown:
+        raise ParamError("partners", f"names no host of this run: {', '.join(unknown)}")
+    return localise.rounds_of([(index[a], index[b]) for a, b in p["partners"]])
+
+
+def pair_flows(metrics: list[Metric]) -> localise.Flows:
+    """{(node, peer): busbw_max_gbps} of every pair in a run's per-host metrics."""
+    return {
+        (m.host, str(m.labels["peer"])): m.value
+        for m in metrics
+        if m.name == PAIR_METRIC and m.host and "peer" in m.labels
+    }
 
 
 def _python(params: dict[str, Any]) -> str:
@@ -130,15 +220,25 @@ class TorchDist(Benchmark):
         options_from_params(params, {})
 
     def build(self, params: dict[str, Any], host: HostContext) -> HostCommand | None:
-        """On the primary host: mpirun starting the program once per slot on every host; rank 0 on the first."""
+        """On the primary host: mpirun starting the program once per slot on every host; rank 0 on the first
+        (pairwise: one rank per host, and the plan of pairs beside the program)."""
         args = program_args(params, host.hosts[0].address if host.hosts else "")
+        topology = pair_params(params)["topology"]
+        files = {PROGRAM: SOURCE.read_text(encoding="utf-8")}
+        if topology != "all":
+            names = [h.name for h in host.hosts]
+            rounds = pair_plan(params, names)
+            files[PLAN] = json.dumps({"names": names, "rounds": rounds}) + "\n"
+            args += ["--pairs", PLAN]
         if not host.is_primary:
             return None
-        rank_argv = [_python(params), "-u", PROGRAM, *args]
-        argv = mpirun_argv(host.hosts, rank_argv, options_from_params(params, host.env))
-        if len(host.hosts) > 1:  # the runner writes files on the primary only: mpirun copies it to the others
-            argv[1:1] = ["--preload-files", PROGRAM]
-        return HostCommand(argv=argv, files={PROGRAM: SOURCE.read_text(encoding="utf-8")})
+        options = options_from_params(params, host.env)
+        if topology != "all":
+            options = replace(options, slots=1)
+        argv = mpirun_argv(host.hosts, [_python(params), "-u", PROGRAM, *args], options)
+        if len(host.hosts) > 1:  # the runner writes files on the primary only: mpirun copies them to the others
+            argv[1:1] = ["--preload-files", ",".join(files)]
+        return HostCommand(argv=argv, files=files)
 
     def parse(self, text: str, *, host: str = "") -> list[Metric]:
         """The whole run's metrics (host ""): the nccl-tests table of a collective, or the DDP loop's images/s."""
@@ -149,13 +249,58 @@ class TorchDist(Benchmark):
             if per_device:
                 metrics.append(Metric("images_per_sec_per_device", float(per_device[1]), "img/s"))
             return metrics
+        if _PAIR_HEADER.search(text):
+            return _pair_metrics(text)
         try:
             return NcclTests().parse(text, host=host)
         except ParseError as exc:
             raise ParseError(f"no torch_dist result: {exc}") from None
 
+    def aggregate(self, per_host: list[Metric]) -> list[Metric]:
+        """Pairwise runs: the median pair's busbw_avg_gbps/busbw_max_gbps, the wrong elements of every pair, and
+        the ranks of one test (2); each pair counted once (its metrics are on both of its nodes)."""
+        per_pair: dict[tuple[str, str, Any], dict[str, float]] = {}
+        for m in per_host:
+            if m.host and "peer" in m.labels and not set(m.labels) - {"peer", "round"} and m.host < m.labels["peer"]:
+                per_pair.setdefault((m.host, str(m.labels["peer"]), m.labels.get("round")), {})[m.name] = m.value
+        if not per_pair:
+            return []
+        out = [
+            Metric(name, statistics.median(found), "GB/s")
+            for name in ("busbw_avg_gbps", "busbw_max_gbps")
+            if (found := [pair[name] for pair in per_pair.values() if name in pair])
+        ]
+        out.append(Metric("wrong", sum(pair.get("wrong", 0) for pair in per_pair.values()), self._unit("wrong")))
+        return [*out, Metric("ranks", 2, self._unit("ranks"))]
+
+    def _unit(self, name: str) -> str:
+        spec = self.spec(name)
+        return spec.unit if spec else ""
+
+    def follow_up(self, params: dict[str, Any], metrics: list[Metric]) -> dict[str, Any] | None:
+        """two_pass: after pass 1, the parameters of pass 2 (each suspect with a known-good partner), or None."""
+        p = pair_params(params)
+        if p["topology"] != "two_pass" or p["localise_pass"] != 1:
+            return None
+        second = localise.plan_second_pass(pair_flows(metrics), threshold=p["threshold"])
+        if second is None:
+            return None
+        partners = ",".join(f"{suspect}:{partner}" for suspect, partner in second.partners)
+        return {**params, "localise_pass": 2, "partners": partners, "reference_gbps": second.reference}
+
+    def pair_flows(self, metrics: list[Metric]) -> localise.Flows:
+        return pair_flows(metrics)
+
+    def second_pass_of(self, params: dict[str, Any]) -> localise.SecondPass | None:
+        p = pair_params(params)
+        if p["topology"] != "two_pass" or p["localise_pass"] != 2 or p["reference_gbps"] is None:
+            return None
+        suspects = [suspect for suspect, _ in p["partners"]]
+        good = sorted({partner for _, partner in p["partners"]})
+        return localise.SecondPass(suspects, good, list(p["partners"]), p["reference_gbps"])
+
     def missing(self, metrics: list[Metric], hosts: list[str]) -> list[str]:
-        names = {m.name for m in metrics if m.host == ""}
+        names = {m.name for m in metrics if m.host == "" and not m.labels}
         if "images_per_sec" in names or {"busbw_avg_gbps", "busbw_max_gbps"} <= names:
             return []
         return ["torch_dist did not finish: no busbw_avg_gbps/busbw_max_gbps (collectives) or images_per_sec (ddp)"]
@@ -163,3 +308,37 @@ class TorchDist(Benchmark):
     def check(self, params: dict[str, Any], metrics: list[Metric], logs: dict[str, str]) -> list[str]:
         wrong = sum(m.value for m in metrics if m.name == "wrong" and m.host == "" and not m.labels)
         return [f"torch_dist found {wrong:g} wrong elements in the collectives' results"] if wrong else []
+
+
+def _pair_metrics(text: str) -> list[Metric]:
+    """Each pair's table (after its ``#rackbench-pair`` line) read by the nccl-tests parser, its metrics on both of
+    its nodes labelled with the other one and the round; ParseError when a pair's table, or the end, is missing."""
+    text = text.replace("\r\n", "\n")
+    headers = list(_PAIR_HEADER.finditer(text))
+    footer = _PAIRS_FOOTER.search(text)
+    if footer is None:
+        raise ParseError(f"torch_dist ended before every pair had run ({len(headers)} pair table(s) printed)")
+    metrics: list[Metric] = []
+    for i, match in enumerate(headers):
+        try:
+            header = json.loads(match.group(1))
+            number, (a, b) = int(header["round"]), [str(n) for n in header["nodes"]]
+        except (ValueError, KeyError, TypeError):
+            raise ParseError(f"unreadable rackbench-pair line: {match.group(0)[:200]!r}") from None
+        end = headers[i + 1].start() if i + 1 < len(headers) else footer.start()
+        try:
+            found = NcclTests().parse(text[match.end() : end])
+        except ParseError as exc:
+            raise ParseError(f"pair {a}-{b}: {exc}") from None
+        for node, peer in ((a, b), (b, a)):
+            metrics += [
+                Metric(m.name, m.value, m.unit, host=node, labels={**m.labels, "peer": peer, "round": number})
+                for m in found
+            ]
+    try:
+        expected = int(json.loads(footer.group(1))["pairs"])
+    except (ValueError, KeyError, TypeError):
+        raise ParseError(f"unreadable rackbench-pairs line: {footer.group(0)[:200]!r}") from None
+    if expected != len(headers):
+        raise ParseError(f"torch_dist ran {expected} pairs but printed {len(headers)} pair tables")
+    return metrics

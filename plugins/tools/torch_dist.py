@@ -15,9 +15,17 @@ per message size with time (us per operation, the mean over --iters), algbw (siz
 the expected result: every rank contributes known values). all_reduce is in place (its out-of-place columns read
 N/A), all_gather out of place (its in-place columns read N/A). The DDP loop prints
 ``Total img/sec on N CPU(s): X`` (or GPU(s)).
+
+Pairwise (``--pairs PLAN``, a JSON file {"names": [node per rank], "rounds": [[[rank, rank], ...], ...]}): one rank
+per node; every pair gets its own 2-rank process group (all ranks create all groups, in the same order, as
+torch.distributed requires), and the pairs of a round run their collective at once, each timed within its own group.
+A world barrier separates the rounds, so a node in two pairs (pass 2's shared good partner) is never in two tests at
+once. Rank 0 then prints each pair's table after a ``#rackbench-pair {"round": R, "nodes": [A, B]}`` line, and
+``#rackbench-pairs {"pairs": N}`` last.
 """
 
 import argparse
+import json
 import os
 import socket
 import sys
@@ -52,6 +60,7 @@ def main(argv):
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup-steps", type=int, default=3)
+    parser.add_argument("--pairs", help="a JSON plan of pairs in rounds: every pair runs its own 2-rank collective")
     args = parser.parse_args(argv)
 
     import torch
@@ -71,6 +80,8 @@ def main(argv):
         dist.all_gather_object(hosts, (rank, socket.gethostname(), os.getpid(), str(device)))
         if args.op == "ddp":
             ddp(args, torch, dist, rank, size, device)
+        elif args.pairs:
+            pairwise(args, torch, dist, rank, device, hosts)
         else:
             collectives(args, torch, dist, rank, size, device, hosts)
     finally:
@@ -83,79 +94,139 @@ def sync(torch, device):
         torch.cuda.synchronize(device)
 
 
-def collectives(args, torch, dist, rank, size, device, hosts):
-    out = sys.stdout
-    if rank == 0:
-        out.write(
-            f"# rackbench torch_dist {args.op} backend {args.backend} torch {torch.__version__} ranks {size} "
-            f"minBytes {args.min_bytes} maxBytes {args.max_bytes} step: {args.factor}(factor) "
-            f"warmup iters: {args.warmup} iters: {args.iters}\n#\n# Using devices\n"
-        )
-        for r, host, pid, dev in hosts:
-            out.write(f"#  Rank {r:2d} Group  0 Pid {pid:6d} on {host:>10} device  0 [{dev}] {dev.upper()}\n")
-        out.write(f"#\n#{'out-of-place':>62}{'in-place':>34}\n")
-        placement = "    time   algbw   busbw #wrong"
-        out.write(f"#{'size':>12}{'count':>14}{'type':>10}{'redop':>8}{'root':>8} {placement} {placement}\n")
-        units = "    (us)  (GB/s)  (GB/s)       "
-        out.write(f"#{'(B)':>12}{'(elements)':>14}{'':26} {units} {units}\n")
-    busbw_sum, rows = 0.0, 0
+PAIR_HEADER = "#rackbench-pair "
+PAIRS_FOOTER = "#rackbench-pairs "
+
+
+def table_header(out, args, torch, size, hosts):
+    out.write(
+        f"# rackbench torch_dist {args.op} backend {args.backend} torch {torch.__version__} ranks {size} "
+        f"minBytes {args.min_bytes} maxBytes {args.max_bytes} step: {args.factor}(factor) "
+        f"warmup iters: {args.warmup} iters: {args.iters}\n#\n# Using devices\n"
+    )
+    for r, host, pid, dev in hosts:
+        out.write(f"#  Rank {r:2d} Group  0 Pid {pid:6d} on {host:>10} device  0 [{dev}] {dev.upper()}\n")
+    out.write(f"#\n#{'out-of-place':>62}{'in-place':>34}\n")
+    placement = "    time   algbw   busbw #wrong"
+    out.write(f"#{'size':>12}{'count':>14}{'type':>10}{'redop':>8}{'root':>8} {placement} {placement}\n")
+    units = "    (us)  (GB/s)  (GB/s)       "
+    out.write(f"#{'(B)':>12}{'(elements)':>14}{'':26} {units} {units}\n")
+
+
+def table_row(args, count, seconds, wrong, factor):
+    algbw = count * 4 / seconds / 1e9
+    measured = f"{seconds * 1e6:9.1f}{algbw:8.2f}{algbw * factor:8.2f}{wrong:7d}"
+    missing = f"{'N/A':>9}{'N/A':>8}{'N/A':>8}{'N/A':>7}"
+    placed = (missing + measured) if args.op == "all_reduce" else (measured + missing)
+    redop = "sum" if args.op == "all_reduce" else "none"
+    return f"{count * 4:13d}{count:14d}{'float':>10}{redop:>8}{-1:8d}{placed}\n", algbw * factor
+
+
+def table_footer(out, busbw):
+    out.write("# Out of bounds values : 0 OK\n")
+    out.write(f"# Avg bus bandwidth    : {sum(busbw) / len(busbw) if busbw else 0:g} \n#\n")
+
+
+def measure(args, torch, dist, rank, size, device, emit, group=None):
+    """Every message size's collective among ``size`` ranks (the world, or ``group`` with ``rank`` its rank in it):
+    ``emit((count, seconds, wrong, factor))`` per size, the slowest rank's time as nccl-tests reports it."""
     nbytes = max(args.min_bytes, 4 * size)
     while nbytes <= args.max_bytes:
         count = nbytes // 4  # float32 elements in the whole message
         if args.op == "all_reduce":
-            run, check, factor = all_reduce(torch, dist, rank, size, count, device)
+            run, check, factor = all_reduce(torch, dist, rank, size, count, device, group)
         else:
             count -= count % size
-            run, check, factor = all_gather(torch, dist, rank, size, count, device)
+            run, check, factor = all_gather(torch, dist, rank, size, count, device, group)
         for _ in range(args.warmup):
             run()
         sync(torch, device)
-        dist.barrier()
+        dist.barrier(group=group)
         started = time.perf_counter()
         for _ in range(args.iters):
             run()
         sync(torch, device)
         seconds = (time.perf_counter() - started) / args.iters
         elapsed = torch.tensor([seconds], dtype=torch.float64)
-        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank's time, as nccl-tests reports it
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=group)
         wrong = torch.tensor([check()], dtype=torch.int64)
-        dist.all_reduce(wrong)
-        seconds = elapsed.item()
-        algbw = count * 4 / seconds / 1e9
-        busbw = algbw * factor
-        busbw_sum += busbw
-        rows += 1
-        if rank == 0:
-            measured = f"{seconds * 1e6:9.1f}{algbw:8.2f}{busbw:8.2f}{wrong.item():7d}"
-            missing = f"{'N/A':>9}{'N/A':>8}{'N/A':>8}{'N/A':>7}"
-            placed = (missing + measured) if args.op == "all_reduce" else (measured + missing)
-            redop = "sum" if args.op == "all_reduce" else "none"
-            out.write(f"{count * 4:13d}{count:14d}{'float':>10}{redop:>8}{-1:8d}{placed}\n")
-            out.flush()
+        dist.all_reduce(wrong, group=group)
+        emit((count, elapsed.item(), int(wrong.item()), factor))
         nbytes *= args.factor
+
+
+def collectives(args, torch, dist, rank, size, device, hosts):
+    out = sys.stdout
     if rank == 0:
-        out.write("# Out of bounds values : 0 OK\n")
-        out.write(f"# Avg bus bandwidth    : {busbw_sum / rows if rows else 0:g} \n#\n")
+        table_header(out, args, torch, size, hosts)
+    busbw = []
+
+    def emit(row):
+        line, bw = table_row(args, *row)
+        busbw.append(bw)
+        if rank == 0:
+            out.write(line)
+            out.flush()
+
+    measure(args, torch, dist, rank, size, device, emit)
+    if rank == 0:
+        table_footer(out, busbw)
         out.flush()
 
 
-def all_reduce(torch, dist, rank, size, count, device):
+def pairwise(args, torch, dist, rank, device, hosts):
+    """Each pair of the plan's rounds runs the collective in its own 2-rank group; see the module docstring."""
+    with open(args.pairs, encoding="utf-8") as plan_file:
+        plan = json.load(plan_file)
+    names, rounds = plan["names"], [[tuple(pair) for pair in pairs] for pairs in plan["rounds"]]
+    groups = {pair: dist.new_group(list(pair)) for pairs in rounds for pair in pairs}
+    mine = []  # (round, pair, rows) of the pairs this rank leads (the pair's first rank)
+    for number, pairs in enumerate(rounds):
+        dist.barrier()
+        for pair in pairs:
+            if rank not in pair:
+                continue
+            rows: list = []
+            measure(args, torch, dist, pair.index(rank), 2, device, rows.append, group=groups[pair])
+            if rank == pair[0]:
+                mine.append((number, pair, rows))
+    dist.barrier()
+    everyone: list = [None] * len(hosts)
+    dist.all_gather_object(everyone, mine)
+    if rank != 0:
+        return
+    out = sys.stdout
+    done = sorted(found for each in everyone for found in each)
+    for number, (a, b), rows in done:
+        out.write(PAIR_HEADER + json.dumps({"round": number, "nodes": [names[a], names[b]]}) + "\n")
+        table_header(out, args, torch, 2, [hosts[a], hosts[b]])
+        busbw = []
+        for count, seconds, wrong, factor in rows:
+            line, bw = table_row(args, count, seconds, wrong, factor)
+            busbw.append(bw)
+            out.write(line)
+        table_footer(out, busbw)
+    out.write(PAIRS_FOOTER + json.dumps({"pairs": len(done)}) + "\n")
+    out.flush()
+
+
+def all_reduce(torch, dist, rank, size, count, device, group=None):
     """Each rank holds rank+1 everywhere; after the first sum every element is n(n+1)/2, then it keeps growing by
     the factor n per further all_reduce, so the check resets the buffer before a last, checked operation."""
     buf = torch.full((count,), float(rank + 1), dtype=torch.float32, device=device)
 
     def run():
-        dist.all_reduce(buf)
+        dist.all_reduce(buf, group=group)
 
     def check():
         buf.fill_(float(rank + 1))
-        dist.all_reduce(buf)
+        dist.all_reduce(buf, group=group)
         return int((buf != float(size * (size + 1) // 2)).sum().item())
 
     return run, check, 2.0 * (size - 1) / size
 
 
-def all_gather(torch, dist, rank, size, count, device):
+def all_gather(torch, dist, rank, size, count, device, group=None):
     """Each rank contributes count/n elements of value rank+1; the gathered tensor's chunk r must hold r+1."""
     chunk = count // size
     mine = torch.full((chunk,), float(rank + 1), dtype=torch.float32, device=device)
@@ -164,7 +235,7 @@ def all_gather(torch, dist, rank, size, count, device):
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.13
 
     def run():
-        gather(gathered, mine)
+        gather(gathered, mine, group=group)
 
     def check():
         gathered.zero_()
