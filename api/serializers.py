@@ -204,6 +204,23 @@ class PresetInstantiateSerializer(serializers.Serializer):
     team = serializers.CharField(required=False)
 
 
+class SuiteStepSerializer(serializers.Serializer):
+    """One step of a health suite (the API's description of it)."""
+
+    name = serializers.CharField()
+    kind = serializers.CharField()
+    judge = serializers.ListField(child=serializers.CharField())
+
+
+class SuiteSerializer(serializers.Serializer):
+    """A health suite as ``/api/v1/suites/`` lists it."""
+
+    slug = serializers.CharField()
+    title = serializers.CharField()
+    description = serializers.CharField()
+    steps = SuiteStepSerializer(many=True)
+
+
 class SuiteRunLaunchSerializer(serializers.Serializer):
     nodes = serializers.ListField(child=serializers.CharField(max_length=100), min_length=1, max_length=10_000)
     name = serializers.CharField(max_length=71, required=False, default="", allow_blank=True)

@@ -572,11 +572,11 @@ class SuiteViewSet(ScopedMixin, viewsets.ViewSet):
     lookup_field = "slug"
     lookup_value_regex = r"[a-z0-9]+"
 
-    @extend_schema(operation_id="suites_list", responses={200: dict})  # a list of suites (not paginated)
+    @extend_schema(operation_id="suites_list", responses={200: serializers.SuiteSerializer(many=True)})
     def list(self, request: Request) -> Response:
         return Response([suite_payload(s) for s in suites.suite_list()])
 
-    @extend_schema(responses={200: dict})
+    @extend_schema(responses={200: serializers.SuiteSerializer})
     def retrieve(self, request: Request, slug: str) -> Response:
         return Response(suite_payload(suites.suite_get(slug)))
 
