@@ -27,7 +27,7 @@ from plugins.launchers import slurm
 from runners import remote, samplers, ssh
 from runners import slurm as slurm_jobs
 from runners.hosts import TAIL, HostJob, RunTarget, last_lines, main_targets, run_targets, slurm_login
-from runners.prepare import snapshot
+from runners.prepare import snapshot_record
 
 SERVICE_READY_TIMEOUT = 30.0
 
@@ -150,9 +150,18 @@ def _slurm_job(run: Run, login: remote.Target) -> tuple[RunTarget, str]:
     return host, job_id
 
 
-def _host_outcome(host: RunTarget) -> HostOutcome:
-    stdout, stderr = remote.job_output(host.target, host.row.remote_dir)
-    return HostOutcome(stdout, stderr, remote.job_state(host.target, host.row.remote_dir).exit_code)
+OUTPUT_FILES = ["exit_code", "stdout", "stderr"]  # the exit code first: the outputs are then read whole
+
+
+def _host_outcome(found: remote.Collected | BaseException) -> HostOutcome | BaseException:
+    if isinstance(found, BaseException):
+        return found
+    return HostOutcome(found.text("stdout"), found.text("stderr"), found.exit_code)
+
+
+def _snapshot(found: remote.Collected | BaseException) -> dict[str, Any] | BaseException:
+    """The cache counters read before the host's files (a failed read is left for _judge_cache to skip)."""
+    return found if isinstance(found, BaseException) else snapshot_record(found.before)
 
 
 def _slurm_outcome(run: Run, login: remote.Target) -> HostOutcome:
@@ -169,21 +178,32 @@ def _slurm_outcome(run: Run, login: remote.Target) -> HostOutcome:
 def run_collect(run: Run) -> tuple[str, str]:
     """Fetch every main command's output, store it and the parsed metrics, stop the services.
 
+    Each started host is read in one round trip (``remote.job_collect``): its cache counters as the benchmark left
+    them, and on a main host its exit code, stdout, stderr and, where it covers the run's reads, its I/O accounting.
+
     Returns (status, error): a non-zero exit (or a Slurm job that did not complete), unparsable output, a
     missing metric or a failed plug-in check (e.g. the wrong NCCL transport) fails the run even when every
     command exited 0.
     """
     benchmark = get_benchmark(run.campaign.kind)
     targets = run_targets(run, started=True)
-    ended = remote.fan_out(targets, lambda t: snapshot(t.target))  # first: the counters as the benchmark left them
-    samplers.stop(run, targets)  # the samplers record the benchmark, not this
     hosts = main_targets(run, targets)
     login = slurm_login(run)
+    accounted = _job_io_covers(run, benchmark, targets)
+    files = OUTPUT_FILES + ["io"] if accounted else OUTPUT_FILES
+    read = {h.row.pk: files for h in hosts} if login is None else {}  # under Slurm: the output is the login's
+    found = remote.fan_out(
+        targets,
+        lambda t: remote.job_collect(t.target, t.row.remote_dir, read.get(t.row.pk, []), before=cache.SNAPSHOT_COMMAND),
+    )
+    by_pk = {t.row.pk: f for t, f in zip(targets, found, strict=True)}
+    snapshots = {t.row.host: _snapshot(f) for t, f in zip(targets, found, strict=True)}
+    samplers.stop(run, targets)  # as soon as the hosts are read: the samplers record the benchmark
     if login is not None:
         outputs: list[Any] = [_slurm_outcome(run, login)]
         hosts = hosts[:1]
     else:
-        outputs = remote.fan_out(hosts, _host_outcome)
+        outputs = [_host_outcome(by_pk[h.row.pk]) for h in hosts]
     ssh.raise_first(outputs)
     errors: list[str] = []
     per_host: list[Metric] = []
@@ -210,8 +230,8 @@ def run_collect(run: Run) -> tuple[str, str]:
     metrics = per_host + benchmark.aggregate(per_host) if per_host else []
     services.run_store_results(run=run, metrics=metrics)
     outputs_by_host = {h.row.host: o.stdout for h, o in zip(hosts, outputs, strict=True)}
-    snapshots = dict(zip([t.row.host for t in targets], ended, strict=True))
-    _judge_cache(run, benchmark, metrics, outputs_by_host, snapshots, _job_io(run, benchmark, targets))
+    processes = _job_io(hosts, by_pk) if accounted else None
+    _judge_cache(run, benchmark, metrics, outputs_by_host, snapshots, processes)
     samplers.collect(run, targets)  # after the results: it adds its summaries to them
     if not errors:
         errors += benchmark.missing(metrics, [h.row.host for h in hosts])
@@ -219,23 +239,23 @@ def run_collect(run: Run) -> tuple[str, str]:
     return (RunStatus.FAILED, "\n".join(errors)) if errors else (RunStatus.SUCCEEDED, "")
 
 
-def _job_io(run: Run, benchmark: Benchmark, targets: list[RunTarget]) -> dict[str, dict[str, int]] | None:
-    """Each main command's own I/O accounting ({host: /proc/<pid>/io}), when it covers all the run's reads: not for
-    a Slurm job (no launcher of rackbench's), a container (its processes are the runtime's children, not the
-    launcher's), a run with services (fio --client: the servers read) nor MPI ranks started on other hosts."""
-    hosts = main_targets(run, targets)
+def _job_io_covers(run: Run, benchmark: Benchmark, targets: list[RunTarget]) -> bool:
+    """Whether each main command's own I/O accounting (its launcher's /proc/<pid>/io) covers all the run's reads:
+    not for a Slurm job (no launcher of rackbench's), a container (its processes are the runtime's children, not
+    the launcher's), a run with services (fio --client: the servers read) nor MPI ranks started on other hosts."""
     elsewhere = (
         slurm_login(run) is not None
         or bool(run.campaign.container)
         or any(t.row.service_command for t in targets)
         or (benchmark.uses_mpi and len(targets) > 1)
     )
-    if not hosts or elsewhere:
-        return None
-    found = remote.fan_out(hosts, lambda h: cache.parse_proc_io(remote.job_io(h.target, h.row.remote_dir)))
-    if any(not isinstance(f, dict) or not f for f in found):
-        return None
-    return {h.row.host: f for h, f in zip(hosts, found, strict=True)}
+    return bool(main_targets(run, targets)) and not elsewhere
+
+
+def _job_io(hosts: list[RunTarget], found: dict[int, Any]) -> dict[str, dict[str, int]] | None:
+    """{host: its main command's /proc/<pid>/io}, read with its output; None unless every host recorded it."""
+    io = {h.row.host: cache.parse_proc_io(found[h.row.pk].text("io")) for h in hosts}
+    return io if io and all(io.values()) else None
 
 
 def _judge_cache(

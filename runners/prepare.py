@@ -380,9 +380,13 @@ def lay_out_data(run: Run, jobs: list[HostJob]) -> dict[str, dict[str, Any]]:
 
 def snapshot(target: remote.Target) -> dict[str, Any]:
     """The host's page cache and storage read counters now (plugins/cache.py), or why they cannot be read."""
-    result = target.run(cache.SNAPSHOT_COMMAND)
+    return snapshot_record(target.run(cache.SNAPSHOT_COMMAND).stdout)
+
+
+def snapshot_record(text: str) -> dict[str, Any]:
+    """What ``snapshot`` keeps of ``cache.SNAPSHOT_COMMAND``'s output, read now."""
     try:
-        return {"at": timezone.now().isoformat(), **cache.parse_snapshot(result.stdout).as_dict()}
+        return {"at": timezone.now().isoformat(), **cache.parse_snapshot(text).as_dict()}
     except ValueError as exc:
         return {"at": timezone.now().isoformat(), "error": str(exc)}
 

@@ -18,6 +18,7 @@ the files.
 
 from __future__ import annotations
 
+import base64
 import shlex
 import threading
 from collections.abc import Callable
@@ -304,16 +305,79 @@ def job_undo(target: Target, job_dir: str) -> None:
     )
 
 
-def job_io(target: Target, job_dir: str) -> str:
-    """The job's own I/O counters (/proc/<pid>/io text); "" when the job did not record them."""
-    return (target.get(f"{job_dir}/io") or b"").decode(errors="replace")
+FRAME = "--rackbench-file"  # begins each section's header line: base64 text never holds a "-"
+
+
+@dataclass(frozen=True)
+class Collected:
+    """What one command read in a job's directory: the output of the command run before (``before``) and each file
+    asked for, None where it does not exist (every one when the directory does not)."""
+
+    before: str
+    files: dict[str, bytes | None]
+
+    def text(self, name: str) -> str:
+        """The file as text: undecodable bytes, and NUL (which PostgreSQL's text refuses), as U+FFFD."""
+        return (self.files.get(name) or b"").decode(errors="replace").replace("\0", "\ufffd")
+
+    @property
+    def exit_code(self) -> int | None:
+        code = self.text("exit_code").strip()
+        return int(code) if code.lstrip("-").isdigit() else None
+
+
+def collect_script(job_dir: str, names: list[str], *, limit: int | None = None, before: str = "") -> str:
+    """A shell script that prints ``before``'s output (a fixed command line, never a user's text), then each of the
+    job's files ``names`` (only its last ``limit`` bytes when given), each in a section of its own: a header line,
+    then the content in base64, so that binary bytes, a missing last newline or a line that looks like a header
+    cannot blur two sections, and an end line, so that output cut short is never taken for shorter files. The files
+    are read in the order given: with ``exit_code`` first, the outputs are read after the launcher closed them."""
+    read = "cat" if limit is None else f"tail -c {int(limit)}"
+    lines = [f"echo '{FRAME} before'", f"{{ {before}\n}} 2>/dev/null | base64" if before else ":"]
+    lines.append(f"cd {shlex.quote(job_dir)} 2>/dev/null || {{ echo '{FRAME} end'; exit 0; }}")
+    for i, name in enumerate(names):
+        path = shlex.quote(name)
+        lines.append(f"if [ -f {path} ]; then echo '{FRAME} {i}'; {read} {path} | base64; fi")
+    lines.append(f"echo '{FRAME} end'")
+    return "\n".join(lines) + "\n"
+
+
+def parse_collected(out: str, names: list[str]) -> Collected:
+    """``collect_script``'s output split into its sections; ValueError when it is not whole."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in out.splitlines():
+        if line.startswith(f"{FRAME} "):
+            current = sections.setdefault(line[len(FRAME) + 1 :], [])
+        elif current is None:
+            raise ValueError("output before the first section")
+        else:
+            current.append(line)
+    if "before" not in sections or list(sections)[-1] != "end":
+        raise ValueError("the output was cut short")
+    found = {key: base64.b64decode("".join(lines), validate=True) for key, lines in sections.items() if key != "end"}
+    return Collected(
+        found["before"].decode(errors="replace"), {name: found.get(str(i)) for i, name in enumerate(names)}
+    )
+
+
+def job_collect(
+    target: Target, job_dir: str, names: list[str], *, limit: int | None = None, before: str = ""
+) -> Collected:
+    """Read the job's files ``names`` (and the output of ``before``, run first) in one round trip: ``sh -s`` reads
+    ``collect_script`` on its standard input."""
+    script = collect_script(job_dir, names, limit=limit, before=before)
+    result = target.check("sh -s", what="reading the job's files", stdin=script.encode())
+    try:
+        return parse_collected(result.stdout, names)
+    except ValueError as exc:  # binascii.Error is one
+        raise ssh.TransientSSHError(target.endpoint, f"reading the job's files: {exc}") from None
 
 
 def job_output(target: Target, job_dir: str, *, limit: int | None = None) -> tuple[str, str]:
-    """The job's stdout and stderr (each only its last ``limit`` bytes when given)."""
-    stdout = target.get(f"{job_dir}/stdout", limit=limit) or b""
-    stderr = target.get(f"{job_dir}/stderr", limit=limit) or b""
-    return stdout.decode(errors="replace"), stderr.decode(errors="replace")
+    """The job's stdout and stderr (each only its last ``limit`` bytes when given), in one round trip."""
+    found = job_collect(target, job_dir, ["stdout", "stderr"], limit=limit)
+    return found.text("stdout"), found.text("stderr")
 
 
 def fan_out(items: list[Any], fn: Callable[[Any], Any]) -> list[Any]:

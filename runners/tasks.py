@@ -1,7 +1,9 @@
 """Thin Celery tasks for everything that touches a remote host (the "ssh" queue).
 
 A run goes: run_start (flush, write files, submit detached) -> run_poll, re-scheduling itself every
-RACKBENCH_POLL_INTERVAL seconds -> run_collect (fetch output, parse, store) -> the campaign advances.
+RACKBENCH_POLL_INTERVAL seconds and collecting (fetch output, parse, store) in the same task as it sees the end
+-> the campaign advances. run_collect takes the collect over where that attempt failed for a transient reason,
+and where a resumed run was collecting.
 Transient SSH errors are retried with backoff and jitter a bounded number of times; permanent ones
 fail the run at once with the reason.
 """
@@ -94,7 +96,7 @@ def _schedule_poll(run_id: int, token: str, *, now: bool = False) -> None:
 
 
 # A step that moves the run on gives up its lease in the same update, so the next step's task, sent at once, can
-# take it (the first poll comes with no delay, the collect as the poll sees the end).
+# take it (the first poll comes with no delay).
 HAND_ON = {"lease_owner": "", "lease_until": None}
 
 
@@ -109,8 +111,9 @@ def _end_watch(run: Run) -> float:
 
 
 @contextmanager
-def _step_lease(run_id: int, status: list[str]) -> Iterator[bool]:
-    """Hold the run's step lease while the block runs (yields False, holding nothing, when another task holds it).
+def _step_lease(run_id: int, status: list[str]) -> Iterator[str]:
+    """Hold the run's step lease while the block runs: yields its owner, or "" (holding nothing) when another task
+    holds it.
 
     A thread renews the lease every third of RACKBENCH_STEP_LEASE seconds, so a step that is merely slow (an image
     pull, a long flush, a node that answers slowly) keeps it; a worker that dies stops renewing, and the lease runs
@@ -119,7 +122,7 @@ def _step_lease(run_id: int, status: list[str]) -> Iterator[bool]:
     owner = uuid.uuid4().hex
     seconds = settings.RACKBENCH["STEP_LEASE"]
     if not services.run_lease_take(run_id=run_id, owner=owner, status=status, seconds=seconds):
-        yield False
+        yield ""
         return
     stop = threading.Event()
     renewer = threading.Thread(
@@ -127,7 +130,7 @@ def _step_lease(run_id: int, status: list[str]) -> Iterator[bool]:
     )
     renewer.start()
     try:
-        yield True
+        yield owner
     finally:
         stop.set()
         renewer.join()
@@ -202,21 +205,21 @@ def _mark_running(run: Run) -> None:
     # else a twin of this task moved it on already: what it started is the run's, never killed
 
 
-@shared_task(bind=True, max_retries=None, soft_time_limit=120, time_limit=150)
+@shared_task(bind=True, max_retries=None, soft_time_limit=420, time_limit=480)  # a poll may collect (300 s)
 def run_poll_task(self: Task, run_id: int, token: str) -> None:
     run = _load(run_id)
     if run is None or run.status != RunStatus.RUNNING or run.poll_token != token:
         return  # finished, cancelled, or a newer poll chain took over
-    with _step_lease(run_id, [RunStatus.RUNNING]) as held:
-        if not held:
+    with _step_lease(run_id, [RunStatus.RUNNING]) as lease:
+        if not lease:
             return  # a twin is polling (and carries the chain on): this copy claims nothing
         next_token = services.run_poll_claim(run_id=run_id, token=token)
         if next_token is None:
             return  # a duplicate of this poll took the chain on
-        _poll(self, run, next_token)
+        _poll(self, run, next_token, lease)
 
 
-def _poll(task: Task, run: Run, token: str) -> None:
+def _poll(task: Task, run: Run, token: str, lease: str) -> None:
     run_id = run.pk
     try:
         outcome = execution.run_poll(run, wait=_end_watch(run))
@@ -227,8 +230,10 @@ def _poll(task: Task, run: Run, token: str) -> None:
         services.run_mark_failed(run_id=run_id, error=vanished_error(outcome), kill=True)  # the other hosts' too
         return
     if outcome.finished:
-        if services.run_transition(run_id=run_id, old=[RunStatus.RUNNING], new=RunStatus.COLLECTING, **HAND_ON):
-            run_collect_task.delay(run_id)
+        # Collected here, under this poll's lease (no Celery hand-off): the run is collecting now, so no other
+        # poll or collect task takes it while the lease is renewed.
+        if services.run_transition(run_id=run_id, old=[RunStatus.RUNNING], new=RunStatus.COLLECTING):
+            _collect(task, run_id, lease=lease)
         return
     timeout = run.campaign.run_timeout_s
     if run.started_at and (timezone.now() - run.started_at).total_seconds() > timeout:
@@ -258,18 +263,25 @@ def run_collect_task(self: Task, run_id: int) -> None:
     run = _load(run_id)
     if run is None or run.status != RunStatus.COLLECTING:
         return
-    with _step_lease(run_id, [RunStatus.COLLECTING]) as held:
-        if held:
+    with _step_lease(run_id, [RunStatus.COLLECTING]) as lease:
+        if lease:
             _collect(self, run_id)
 
 
-def _collect(task: Task, run_id: int) -> None:
+def _collect(task: Task, run_id: int, *, lease: str = "") -> None:
+    """The collect step, under its lease. ``lease``: collected by the poll that saw the end, under that poll's lease;
+    a transient failure then gives the lease up and hands the step to run_collect_task, whose retries go on (the
+    poll task's own retry would find the run collecting and do nothing)."""
     run = _load(run_id)
     if run is None or run.status != RunStatus.COLLECTING:
         return  # a twin of this task collected it already
     try:
         status, error = execution.run_collect(run)
     except Exception as exc:
+        if lease and _is_transient(exc):
+            services.run_lease_release(run_id=run_id, owner=lease)
+            run_collect_task.apply_async((run_id,), countdown=_backoff().delay(0))
+            return
         _retry_or_fail(task, run_id, exc, kill=True)  # services may still run
         return
     if services.run_finish(run_id=run_id, status=status, error=error):

@@ -115,6 +115,61 @@ def test_a_slow_step_keeps_its_lease_and_a_duplicate_backs_off(
     assert run.lease_owner == "" and run.lease_until is None
 
 
+def ended_poll(monkeypatch: pytest.MonkeyPatch, collect: Any) -> tuple[Run, list[Any]]:
+    """A running run whose poll sees every exit code, with ``collect`` standing in for run_collect; returns the run
+    and the collect tasks sent."""
+    run = a_run(RunStatus.RUNNING)
+    token = services.run_new_poll_token(run_id=run.pk)
+    sent: list[Any] = []
+    monkeypatch.setattr(run_tasks.execution, "run_poll", lambda *a, **k: run_tasks.execution.PollOutcome(True, []))
+    monkeypatch.setattr(run_tasks.execution, "run_collect", collect)
+    monkeypatch.setattr(run_tasks.run_collect_task, "apply_async", lambda *a, **k: sent.append(a))
+    monkeypatch.setattr(run_tasks.run_collect_task, "delay", lambda *a, **k: sent.append(a))
+    monkeypatch.setattr(run_tasks, "enqueue_prometheus_pull", lambda run_id: None)
+    run_tasks.run_poll_task.apply(args=(run.pk, token))
+    return Run.objects.get(pk=run.pk), sent
+
+
+def test_the_poll_that_sees_the_end_collects_in_its_own_task_under_its_lease(
+    offline_nodes: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[str, str]] = []
+
+    def collect(run: Run) -> tuple[str, str]:
+        row = Run.objects.get(pk=run.pk)
+        seen.append((row.status, row.lease_owner))
+        return RunStatus.SUCCEEDED, ""
+
+    run, sent = ended_poll(monkeypatch, collect)
+
+    assert len(seen) == 1 and seen[0][0] == RunStatus.COLLECTING and seen[0][1]  # held by the poll throughout
+    assert sent == []  # no collect task: nothing for a twin to take over
+    assert run.status == RunStatus.SUCCEEDED and run.lease_owner == ""
+
+
+def test_a_collect_in_the_poll_that_fails_for_a_transient_reason_goes_to_the_collect_task(
+    offline_nodes: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def collect(run: Run) -> tuple[str, str]:
+        raise run_tasks.ssh.TransientSSHError(None, "connection reset")
+
+    run, sent = ended_poll(monkeypatch, collect)
+
+    assert run.status == RunStatus.COLLECTING and run.lease_owner == ""  # free for the collect task to take
+    assert sent == [((run.pk,),)]
+
+
+def test_a_collect_in_the_poll_that_fails_for_good_fails_the_run(
+    offline_nodes: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def collect(run: Run) -> tuple[str, str]:
+        raise run_tasks.ssh.PermanentSSHError(None, "authentication failed")
+
+    run, sent = ended_poll(monkeypatch, collect)
+
+    assert run.status == RunStatus.FAILED and "authentication failed" in run.error and sent == []
+
+
 def test_a_duplicated_poll_stops_and_only_one_chain_goes_on(offline_nodes: list[Any]) -> None:
     run = a_run(RunStatus.RUNNING)
     token = services.run_new_poll_token(run_id=run.pk)
