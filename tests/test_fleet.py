@@ -83,7 +83,7 @@ def flows(bad_node: str | None = None, bad_link: tuple[str, str] | None = None, 
         for r in nodes:
             if s == r:
                 continue
-            value = 940e6 + 5e6 * ((hash((s, r)) % 5) - 2)
+            value = 940e6 + 5e6 * ((3 * nodes.index(s) + 7 * nodes.index(r)) % 5 - 2)  # fixed noise (hash() is not)
             if bad_node in (s, r) or (s, r) == bad_link:
                 value *= 0.3
             out.append((s, r, value))

@@ -7,7 +7,7 @@ from unittest import mock
 
 import pytest
 
-from campaigns import dispatch, services
+from campaigns import services
 from campaigns.models import Run
 from runners import execution, remote
 from tests.test_campaign_e2e import fio_campaign
@@ -17,7 +17,9 @@ pytestmark = pytest.mark.lab
 
 def launched(name: str, nodes: list[str], *, repetitions: int) -> Any:
     data = fio_campaign(name, nodes, repetitions=repetitions, cache={"flush_clients": False})
-    with mock.patch.object(dispatch.runner(), "start"):  # prepared by the test, not by a worker
+    # Prepared by the test, not by a worker: nothing is enqueued (the session's worker, alive once any test has used
+    # it, would advance the campaign and start the run itself, racing the test and its database's teardown).
+    with mock.patch.object(services, "campaign_advance_soon"):
         return services.campaign_launch(campaign=services.campaign_apply(data=data))
 
 
