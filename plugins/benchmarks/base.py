@@ -6,6 +6,8 @@ tool's output back into metrics. It never touches SSH or the database.
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -183,3 +185,21 @@ def benchmark_kinds() -> list[str]:
     from plugins import benchmarks  # noqa: F401
 
     return sorted(_REGISTRY)
+
+
+def header_sections(text: str, prefix: str, *, end: int | None = None) -> list[tuple[dict[str, Any], str]]:
+    """The output of a helper shipped to the nodes, split at its header lines (``PREFIX{json object}``): (header,
+    what follows it up to the next header, or to ``end`` for the last one), in order; [] when there is none. An
+    unreadable header is a ParseError naming it."""
+    headers = list(re.finditer(r"^" + re.escape(prefix) + r"(.*)$", text, re.MULTILINE))
+    sections = []
+    for i, match in enumerate(headers):
+        try:
+            header = json.loads(match.group(1))
+        except ValueError:
+            header = None
+        if not isinstance(header, dict):
+            raise ParseError(f"unreadable {prefix.strip().lstrip('#')} header line: {match.group(0)[:200]!r}")
+        stop = headers[i + 1].start() if i + 1 < len(headers) else len(text) if end is None else end
+        sections.append((header, text[match.end() : stop]))
+    return sections

@@ -85,6 +85,7 @@ from plugins.benchmarks.base import (
     MetricSpec,
     ParamError,
     ParseError,
+    header_sections,
     register,
 )
 from plugins.tools import iperf_helper
@@ -582,27 +583,12 @@ def _metric(name: str, value: float, host: str, labels: dict[str, Any]) -> Metri
     return Metric(name=name, value=value, unit=_UNITS[name], host=host, labels=dict(labels))
 
 
-_HEADER_LINE = re.compile(r"^" + re.escape(HEADER) + r"(.*)$", re.MULTILINE)
-
-
 def _sections(text: str) -> list[tuple[dict[str, Any], str]]:
     """(header, output) per client of the helper's output; ({}, text) for one tool output alone."""
-    headers = list(_HEADER_LINE.finditer(text))
-    if not headers:
-        if not text.strip():
-            raise ParseError("the iperf client printed nothing")
-        return [({}, text)]
-    sections = []
-    for i, match in enumerate(headers):
-        try:
-            header = json.loads(match.group(1))
-        except ValueError:
-            raise ParseError(f"unreadable rackbench-iperf header line: {match.group(0)[:200]!r}") from None
-        if not isinstance(header, dict):
-            raise ParseError(f"unreadable rackbench-iperf header line: {match.group(0)[:200]!r}")
-        end = headers[i + 1].start() if i + 1 < len(headers) else len(text)
-        sections.append((header, text[match.end() : end]))
-    return sections
+    sections = header_sections(text, HEADER)
+    if not sections and not text.strip():
+        raise ParseError("the iperf client printed nothing")
+    return sections or [({}, text)]
 
 
 def _unix_lines(text: str) -> str:

@@ -55,6 +55,7 @@ from plugins.benchmarks.base import (
     MetricSpec,
     ParamError,
     ParseError,
+    header_sections,
     register,
 )
 from plugins.tools import perftest_helper
@@ -217,7 +218,6 @@ def _address(info: HostInfo) -> str:
 
 # --- output ---------------------------------------------------------------------------------------------------
 
-_HEADER_LINE = re.compile(r"^" + re.escape(HEADER) + r"(.*)$", re.MULTILINE)
 _BW_HEADER = re.compile(
     r"#bytes\s+#iterations\s+BW peak\[(?P<unit>MB|MiB|Gb)/sec\]\s+BW average\[(?P=unit)/sec\]\s+MsgRate\[Mpps\]"
 )
@@ -273,20 +273,7 @@ def read_table(text: str) -> list[Row]:
 
 
 def _sections(text: str) -> list[tuple[dict[str, Any], str]]:
-    headers = list(_HEADER_LINE.finditer(text))
-    if not headers:
-        return [({"role": "client"}, text)]
-    sections = []
-    for i, match in enumerate(headers):
-        try:
-            header = json.loads(match.group(1))
-        except ValueError:
-            raise ParseError(f"unreadable rackbench-perftest header line: {match.group(0)[:200]!r}") from None
-        if not isinstance(header, dict):
-            raise ParseError(f"unreadable rackbench-perftest header line: {match.group(0)[:200]!r}")
-        end = headers[i + 1].start() if i + 1 < len(headers) else len(text)
-        sections.append((header, text[match.end() : end]))
-    return sections
+    return header_sections(text, HEADER) or [({"role": "client"}, text)]
 
 
 def _metric(name: str, value: float, host: str, labels: dict[str, Any]) -> Metric:

@@ -54,6 +54,7 @@ from plugins.benchmarks.base import (
     MetricSpec,
     ParamError,
     ParseError,
+    header_sections,
     register,
 )
 from plugins.benchmarks.nccl import METRICS as NCCL_METRICS
@@ -84,7 +85,8 @@ _INTEGERS = {
 TOPOLOGIES = ("all", "pairs", "all_pairs", "ring", "two_pass")
 PLAN = "torch_pairs.json"
 PAIR_METRIC = "busbw_max_gbps"  # what a pair is judged by in two_pass
-_PAIR_HEADER = re.compile(r"^#rackbench-pair (.*)$", re.MULTILINE)
+PAIR_PREFIX = "#rackbench-pair "  # plugins/tools/torch_dist.PAIR_HEADER (that module needs torch)
+_PAIR_HEADER = re.compile(r"^" + re.escape(PAIR_PREFIX), re.MULTILINE)
 _PAIRS_FOOTER = re.compile(r"^#rackbench-pairs (.*)$", re.MULTILINE)
 # Pairwise topologies, validated through common/parameters (check, default).
 PAIR_PARAMS: dict[str, tuple[parameters.Check, Any]] = {
@@ -314,20 +316,19 @@ def _pair_metrics(text: str) -> list[Metric]:
     """Each pair's table (after its ``#rackbench-pair`` line) read by the nccl-tests parser, its metrics on both of
     its nodes labelled with the other one and the round; ParseError when a pair's table, or the end, is missing."""
     text = text.replace("\r\n", "\n")
-    headers = list(_PAIR_HEADER.finditer(text))
     footer = _PAIRS_FOOTER.search(text)
     if footer is None:
-        raise ParseError(f"torch_dist ended before every pair had run ({len(headers)} pair table(s) printed)")
+        pairs = len(_PAIR_HEADER.findall(text))
+        raise ParseError(f"torch_dist ended before every pair had run ({pairs} pair table(s) printed)")
     metrics: list[Metric] = []
-    for i, match in enumerate(headers):
+    sections = header_sections(text, PAIR_PREFIX, end=footer.start())
+    for header, table in sections:
         try:
-            header = json.loads(match.group(1))
             number, (a, b) = int(header["round"]), [str(n) for n in header["nodes"]]
         except (ValueError, KeyError, TypeError):
-            raise ParseError(f"unreadable rackbench-pair line: {match.group(0)[:200]!r}") from None
-        end = headers[i + 1].start() if i + 1 < len(headers) else footer.start()
+            raise ParseError(f"unreadable rackbench-pair line: {json.dumps(header)[:200]!r}") from None
         try:
-            found = NcclTests().parse(text[match.end() : end])
+            found = NcclTests().parse(table)
         except ParseError as exc:
             raise ParseError(f"pair {a}-{b}: {exc}") from None
         for node, peer in ((a, b), (b, a)):
@@ -339,6 +340,6 @@ def _pair_metrics(text: str) -> list[Metric]:
         expected = int(json.loads(footer.group(1))["pairs"])
     except (ValueError, KeyError, TypeError):
         raise ParseError(f"unreadable rackbench-pairs line: {footer.group(0)[:200]!r}") from None
-    if expected != len(headers):
-        raise ParseError(f"torch_dist ran {expected} pairs but printed {len(headers)} pair tables")
+    if expected != len(sections):
+        raise ParseError(f"torch_dist ran {expected} pairs but printed {len(sections)} pair tables")
     return metrics
