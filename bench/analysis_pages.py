@@ -98,24 +98,35 @@ def page(client: Client, url: str, repeat: int = 3) -> tuple[float, int, int]:
     return took, len(response.content), len(queries) // (repeat + 1)  # timed() warms up with one more call
 
 
-def main() -> None:
+def in_scratch_database(name: str, bench: Callable[[], None]) -> None:
+    """Run ``bench`` in a PostgreSQL database of its own, made for it and dropped after (the benches of bench/)."""
     if connection.vendor != "postgresql":
         sys.exit("run this with DATABASE_URL pointing at a PostgreSQL server")
     setup_test_environment()
-    connection.settings_dict.setdefault("TEST", {})["NAME"] = SCRATCH_DATABASE
+    connection.settings_dict.setdefault("TEST", {})["NAME"] = name
     connection.creation.create_test_db(verbosity=0, autoclobber=True)
     try:
-        run_bench()
+        bench()
     finally:
-        connection.creation.destroy_test_db(SCRATCH_DATABASE, verbosity=0)
+        connection.creation.destroy_test_db(name, verbosity=0)
 
 
-def run_bench() -> None:
+def bench_member() -> tuple[Any, Any]:
+    """A team and a member of it, who requests the pages."""
     from django.contrib.auth import get_user_model
 
     team = team_create(name="bench")
     user = get_user_model().objects.create_user("bench", password="bench-pw-1")
     team_add_member(team=team, user=user)
+    return team, user
+
+
+def main() -> None:
+    in_scratch_database(SCRATCH_DATABASE, run_bench)
+
+
+def run_bench() -> None:
+    team, user = bench_member()
     started = time.perf_counter()
     axes = {"numjobs": [1, 2, 4, 8, 16, 32, 64, 128, 256, 512], "bs": ["4k", "8k", "16k", "32k", "64k", "128k",
                                                                        "256k", "512k", "1m", "2m"]}  # fmt: skip

@@ -29,10 +29,9 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
-from django.test.utils import CaptureQueriesContext, setup_test_environment  # noqa: E402
+from django.test.utils import CaptureQueriesContext  # noqa: E402
 
-from accounts.services import team_add_member, team_create  # noqa: E402
-from bench.analysis_pages import METRICS, add_results, make_campaign  # noqa: E402
+from bench.analysis_pages import METRICS, add_results, bench_member, in_scratch_database, make_campaign  # noqa: E402
 from campaigns import baselines  # noqa: E402
 
 SCRATCH_DATABASE = "rackbench_bench_compare"
@@ -64,11 +63,7 @@ def serve(client: Client, url: str) -> tuple[list[float], list[float], int, int]
 
 
 def run_bench() -> None:
-    from django.contrib.auth import get_user_model
-
-    team = team_create(name="bench")
-    user = get_user_model().objects.create_user("bench", password="bench-pw-1")
-    team_add_member(team=team, user=user)
+    team, user = bench_member()
     started = time.perf_counter()
     axes = {"numjobs": [1, 2, 4, 8, 16, 32, 64, 128, 256, 512], "bs": ["4k", "8k", "16k", "32k", "64k", "128k",
                                                                        "256k", "512k", "1m", "2m"]}  # fmt: skip
@@ -100,15 +95,7 @@ def run_bench() -> None:
 
 
 def main() -> None:
-    if connection.vendor != "postgresql":
-        sys.exit("run this with DATABASE_URL pointing at a PostgreSQL server")
-    setup_test_environment()
-    connection.settings_dict.setdefault("TEST", {})["NAME"] = SCRATCH_DATABASE
-    connection.creation.create_test_db(verbosity=0, autoclobber=True)
-    try:
-        run_bench()
-    finally:
-        connection.creation.destroy_test_db(SCRATCH_DATABASE, verbosity=0)
+    in_scratch_database(SCRATCH_DATABASE, run_bench)
 
 
 if __name__ == "__main__":

@@ -29,9 +29,9 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
-from django.test.utils import CaptureQueriesContext, setup_test_environment  # noqa: E402
+from django.test.utils import CaptureQueriesContext  # noqa: E402
 
-from accounts.services import team_add_member, team_create  # noqa: E402
+from bench.analysis_pages import bench_member, in_scratch_database  # noqa: E402
 from campaigns.models import Campaign, CampaignStatus, Run, RunStatus  # noqa: E402
 
 SCRATCH_DATABASE = "rackbench_bench_fleet"
@@ -73,13 +73,9 @@ def campaign(team: Any, name: str, kind: str) -> Campaign:
 
 
 def run_bench() -> None:
-    from django.contrib.auth import get_user_model
-
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
-    team = team_create(name="bench")
-    user = get_user_model().objects.create_user("bench", password="bench-pw-1")
-    team_add_member(team=team, user=user)
+    team, user = bench_member()
     client = Client()
     client.force_login(user)
 
@@ -123,15 +119,7 @@ def run_bench() -> None:
 
 
 def main() -> None:
-    if connection.vendor != "postgresql":
-        sys.exit("run this with DATABASE_URL pointing at a PostgreSQL server")
-    setup_test_environment()
-    connection.settings_dict.setdefault("TEST", {})["NAME"] = SCRATCH_DATABASE
-    connection.creation.create_test_db(verbosity=0, autoclobber=True)
-    try:
-        run_bench()
-    finally:
-        connection.creation.destroy_test_db(SCRATCH_DATABASE, verbosity=0)
+    in_scratch_database(SCRATCH_DATABASE, run_bench)
 
 
 if __name__ == "__main__":
