@@ -88,16 +88,12 @@ PAIR_METRIC = "busbw_max_gbps"  # what a pair is judged by in two_pass
 PAIR_PREFIX = "#rackbench-pair "  # plugins/tools/torch_dist.PAIR_HEADER (that module needs torch)
 _PAIR_HEADER = re.compile(r"^" + re.escape(PAIR_PREFIX), re.MULTILINE)
 _PAIRS_FOOTER = re.compile(r"^#rackbench-pairs (.*)$", re.MULTILINE)
+LOCALISER = localise.Localiser("reference_gbps", 1e9)
 # Pairwise topologies, validated through common/parameters (check, default).
 PAIR_PARAMS: dict[str, tuple[parameters.Check, Any]] = {
     "topology": (parameters.choice(*TOPOLOGIES), "all"),
-    "seed": (parameters.integer(0, 2**31), 0),
-    "threshold": (parameters.number(0.01, 1), 0.7),
-    "localise_pass": (parameters.integer(1, 2), 1),
-    "partners": (localise.partners, ()),
-    "reference_gbps": (parameters.number(0, 1e9), None),
+    **LOCALISER.params(),
 }
-LOCALISING = ("seed", "threshold", "localise_pass", "partners", "reference_gbps")  # two_pass only
 KNOWN = frozenset({"op", "backend", "min_bytes", "max_bytes", "python", *_INTEGERS, *MPI_PARAMS, *PAIR_PARAMS})
 
 
@@ -159,38 +155,14 @@ def pair_params(params: dict[str, Any]) -> dict[str, Any]:
         raise ParamError("topology", "pairwise topologies run collectives (all_reduce, all_gather), not ddp")
     if merged["topology"] != "all" and params.get("mpi_slots", 1) not in (1, "1"):
         raise ParamError("mpi_slots", f"{merged['topology']} runs one rank per node: leave mpi_slots at 1")
-    localising = sorted(set(given) & set(LOCALISING))
-    if localising and merged["topology"] != "two_pass":
-        raise ParamError(localising[0], "applies to topology two_pass only")
-    second_only = sorted(set(given) & {"partners", "reference_gbps"})
-    if second_only and merged["localise_pass"] == 1:
-        raise ParamError(second_only[0], "is set by the campaign on the run of pass 2 (localise_pass: 2)")
-    if merged["localise_pass"] == 2 and (not merged["partners"] or merged["reference_gbps"] is None):
-        raise ParamError("partners", "pass 2 needs its partners and pass 1's reference_gbps")
+    LOCALISER.check(given, merged)
     return merged
 
 
 def pair_plan(params: dict[str, Any], names: list[str]) -> list[list[tuple[int, int]]]:
     """The rounds of pairs (host indexes) a pairwise topology runs on these hosts."""
-    p, count = pair_params(params), len(names)
-    topology = p["topology"]
-    if count < 2:
-        raise ParamError("topology", f"{topology} needs at least 2 hosts, the run has {count}")
-    if topology == "pairs":
-        if count % 2:
-            raise ParamError("topology", f"pairs needs an even number of hosts, the run has {count}")
-        return [[(i, i + 1) for i in range(0, count, 2)]]
-    if topology == "all_pairs":
-        return localise.pair_rounds(count)
-    if topology == "ring":
-        return localise.ring_rounds(count)
-    if p["localise_pass"] == 1:
-        return localise.random_pair_rounds(count, p["seed"])
-    index = {name: i for i, name in enumerate(names)}
-    unknown = sorted({name for pair in p["partners"] for name in pair} - set(index))
-    if unknown:
-        raise ParamError("partners", f"names no host of this run: {', '.join(unknown)}")
-    return localise.rounds_of([(index[a], index[b]) for a, b in p["partners"]])
+    p = pair_params(params)
+    return LOCALISER.rounds(p["topology"], names, p)
 
 
 def pair_flows(metrics: list[Metric]) -> localise.Flows:
@@ -281,25 +253,13 @@ class TorchDist(Benchmark):
 
     def follow_up(self, params: dict[str, Any], metrics: list[Metric]) -> dict[str, Any] | None:
         """two_pass: after pass 1, the parameters of pass 2 (each suspect with a known-good partner), or None."""
-        p = pair_params(params)
-        if p["topology"] != "two_pass" or p["localise_pass"] != 1:
-            return None
-        second = localise.plan_second_pass(pair_flows(metrics), threshold=p["threshold"])
-        if second is None:
-            return None
-        partners = ",".join(f"{suspect}:{partner}" for suspect, partner in second.partners)
-        return {**params, "localise_pass": 2, "partners": partners, "reference_gbps": second.reference}
+        return LOCALISER.follow_up(params, pair_params(params), pair_flows(metrics))
 
     def pair_flows(self, metrics: list[Metric]) -> localise.Flows:
         return pair_flows(metrics)
 
     def second_pass_of(self, params: dict[str, Any]) -> localise.SecondPass | None:
-        p = pair_params(params)
-        if p["topology"] != "two_pass" or p["localise_pass"] != 2 or p["reference_gbps"] is None:
-            return None
-        suspects = [suspect for suspect, _ in p["partners"]]
-        good = sorted({partner for _, partner in p["partners"]})
-        return localise.SecondPass(suspects, good, list(p["partners"]), p["reference_gbps"])
+        return LOCALISER.second_pass(pair_params(params))
 
     def missing(self, metrics: list[Metric], hosts: list[str]) -> list[str]:
         names = {m.name for m in metrics if m.host == "" and not m.labels}
