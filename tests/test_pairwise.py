@@ -9,6 +9,9 @@ parsing, never a measurement."""
 
 from __future__ import annotations
 
+import csv
+import io
+import itertools
 import json
 import shutil
 import subprocess
@@ -17,7 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.test import Client
+from rest_framework.test import APIClient
 
+from analysis import selectors
+from campaigns.models import Campaign, CampaignStatus, Result, Run, RunStatus
 from plugins import localise
 from plugins.benchmarks import nccl as nccl_module
 from plugins.benchmarks import perftest as perftest_module
@@ -375,3 +382,99 @@ def test_perftest_judges_a_pair_by_its_largest_message_bandwidth_and_its_smalles
 
     assert perftest_module.pair_flows([m for m in tagged if m.name.startswith("bw")]) == {("n0", "n1"): largest}
     assert perftest_module.pair_flows([m for m in tagged if m.name.startswith("lat")]) == {("n0", "n1"): typical}
+
+
+# --- the link matrix page, its exports and the API, on results stored by the real parsers -----------------------
+
+_sequence = itertools.count(1)
+
+
+def stored(team: Any, kind: str, points: list[tuple[dict[str, Any], list[Metric]]]) -> Campaign:
+    """A succeeded campaign whose point ``i`` ran once with ``points[i]``'s parameters and stored those metrics (the
+    plug-in's parse and aggregate of its output), as the runner stores them."""
+    campaign = Campaign.objects.create(name=f"pairs-{kind}-{next(_sequence)}", kind=kind, team=team,
+                                       status=CampaignStatus.SUCCEEDED, matrix=[])  # fmt: skip
+    for point, (params, metrics) in enumerate(points):
+        run = Run.objects.create(campaign=campaign, sequence=next(_sequence), point=point, params=params,
+                                 repetition=1, status=RunStatus.SUCCEEDED)  # fmt: skip
+        Result.objects.bulk_create(
+            Result(run=run, name=m.name, value=m.value, unit=m.unit, host=m.host, labels=m.labels) for m in metrics
+        )
+    return campaign
+
+
+def logged_in(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.django_db
+def test_nccl_all_pairs_busbw_is_on_the_link_matrix_page_with_unit_and_statistic_and_exported(
+    nccl: Any, tmp_path: Path, owner: Any, team: Any
+) -> None:
+    params = {"topology": "all_pairs"}
+    campaign = stored(team, "nccl", [(params, nccl_pass(nccl, tmp_path, params, hosts(6, slots=8), bad="n3"))])
+    url = f"/analysis/campaigns/{campaign.pk}/links/"
+
+    page = logged_in(owner).get(url).content.decode()
+    assert "busbw_max_gbps (GB/s, higher is better), the median over repetitions of the bus bandwidth" in page
+    assert "node \\ peer" in page and "339 GB/s" in page and "43.8 GB/s" in page
+    assert "Bad node n3" in page and "Bad node n0" not in page and "heat-bad" in page
+    rows = list(csv.reader(io.StringIO(logged_in(owner).get(url, {"format": "csv"}).content.decode())))
+    assert rows[0] == ["node", *[f"n{i}" for i in range(6)]]
+    assert rows[1][1] == "" and float(rows[1][2]) == 338.82 and float(rows[4][1]) == 43.81  # n3 -> n0
+    api = APIClient()
+    api.force_login(owner)
+    links = api.get(f"/api/v1/campaigns/{campaign.pk}/links/").json()
+    assert (links["metric"], links["unit"], links["higher_is_better"]) == ("busbw_max_gbps", "GB/s", True)
+    assert links["statistic"].startswith("median over repetitions of the bus bandwidth of the pair's 2-node")
+    assert (links["rows"], links["columns"], links["outliers"], links["points"]) == ("node", "peer", ["n3"], [0])
+    assert links["matrix"][0][3] == links["matrix"][3][0] == 43.81  # a pair's value on both of its nodes
+
+
+@pytest.mark.django_db
+def test_perftest_latency_pairs_are_judged_lower_is_better_on_the_matrix(
+    perftest: Any, tmp_path: Path, owner: Any, team: Any
+) -> None:
+    lat = {"topology": "all_pairs", "test": "ib_send_lat"}
+    bw = {"topology": "all_pairs", "test": "ib_write_bw"}
+    campaign = stored(team, "perftest", [
+        (bw, perftest_pass(perftest, tmp_path / "bw", bw, 6, "n1", BW_GOOD, BW_SLOW)),
+        (lat, perftest_pass(perftest, tmp_path / "lat", lat, 6, "n5", LAT_GOOD, LAT_SLOW)),
+    ])  # fmt: skip
+    url = f"/analysis/campaigns/{campaign.pk}/links/"
+
+    page = logged_in(owner).get(url, {"point": "1"}).content.decode()
+    assert "latency_typical_s (s, lower is better)" in page and "client \\ server" in page
+    assert "1.67 µs" in page and "1.27 µs" in page and "heat-low" in page
+    assert "Bad node n5" in page and "Bad node n0" not in page
+    api = APIClient()
+    api.force_login(owner)
+    links = api.get(f"/api/v1/campaigns/{campaign.pk}/links/", {"point": 1}).json()
+    assert (links["unit"], links["higher_is_better"], links["outliers"]) == ("s", False, ["n5"])
+    # Without a point the first point's metric is shown, never two units in one matrix.
+    first = api.get(f"/api/v1/campaigns/{campaign.pk}/links/").json()
+    assert (first["metric"], first["unit"], first["outliers"], first["points"]) == (
+        "bw_avg_bps",
+        "bit/s",
+        ["n1"],
+        [0, 1],
+    )
+
+
+@pytest.mark.django_db
+def test_torch_dist_pairs_from_its_own_output_are_on_the_matrix(owner: Any, team: Any) -> None:
+    bench = get_benchmark("torch_dist")
+    metrics = bench.parse((FIXTURES / "torch_dist" / "all_reduce-gloo-pairs-4ranks.txt").read_text(), host="n0")
+    campaign = stored(team, "torch_dist", [({"topology": "all_pairs"}, [*metrics, *bench.aggregate(metrics)])])
+    flows = bench.pair_flows(metrics)
+
+    links = selectors.campaign_links(campaign=campaign)
+    assert sorted(links.flows) == sorted((a, b, v) for (a, b), v in flows.items())
+    page = logged_in(owner).get(f"/analysis/campaigns/{campaign.pk}/links/").content.decode()
+    assert "bus bandwidth of the pair&#x27;s 2-node all_reduce" in page and "GB/s" in page
+    # A run across every host (topology all) has no pairs: no matrix.
+    whole = stored(team, "torch_dist", [({}, bench.parse((FIXTURES / "torch_dist" / "all_gather-gloo-2ranks.txt")
+                                                            .read_text()))])  # fmt: skip
+    assert selectors.campaign_links(campaign=whole) == selectors.Links([], None, [])

@@ -83,6 +83,7 @@ from plugins.benchmarks.base import (
     HostInfo,
     Metric,
     MetricSpec,
+    PairMetric,
     ParamError,
     ParseError,
     header_sections,
@@ -462,6 +463,9 @@ class _Iperf(Benchmark):
     def pair_flows(self, metrics: list[Metric]) -> localise.Flows:
         return send_flows(metrics)
 
+    def pair_metric(self, params: dict[str, Any]) -> PairMetric | None:
+        return FLOW_METRIC
+
     def second_pass_of(self, params: dict[str, Any]) -> localise.SecondPass | None:
         return second_pass_of(params)
 
@@ -485,6 +489,10 @@ class _Iperf(Benchmark):
             for h, got in sorted(measured.items())
             if got != wanted
         ]
+
+
+FLOW_METRIC = PairMetric("throughput_bps", "bit/s", True, "throughput of the flow, as its receiver counted it",
+                         labels={"direction": SEND})  # fmt: skip
 
 
 def send_flows(metrics: list[Metric]) -> localise.Flows:

@@ -58,6 +58,7 @@ from plugins.benchmarks.base import (
     HostInfo,
     Metric,
     MetricSpec,
+    PairMetric,
     ParamError,
     ParseError,
     header_sections,
@@ -760,6 +761,11 @@ class NcclTests(Benchmark):
     def pair_flows(self, metrics: list[Metric]) -> localise.Flows:
         return pair_flows(metrics)
 
+    def pair_metric(self, params: dict[str, Any]) -> PairMetric | None:
+        if pair_params(params)["topology"] == "all":
+            return None
+        return pair_metric(str(params.get("binary", DEFAULT_BINARY)))
+
     def second_pass_of(self, params: dict[str, Any]) -> localise.SecondPass | None:
         return LOCALISER.second_pass(pair_params(params))
 
@@ -834,6 +840,12 @@ def pair_metrics(text: str, tool: str) -> list[Metric]:
     if expected != len(sections):
         raise ParseError(f"{tool} ran {expected} pairs but printed {len(sections)} pair tables")
     return metrics
+
+
+def pair_metric(test: str) -> PairMetric:
+    """The link matrix of a pairwise run of ``test`` (a collective), symmetric: a pair's value is on both nodes."""
+    return PairMetric(PAIR_METRIC, _UNITS[PAIR_METRIC], True, f"bus bandwidth of the pair's 2-node {test}, the "
+                      "highest over message sizes (busbw_max)", rows="node", columns="peer")  # fmt: skip
 
 
 def pair_flows(metrics: list[Metric]) -> localise.Flows:

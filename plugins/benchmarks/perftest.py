@@ -59,6 +59,7 @@ from plugins.benchmarks.base import (
     HostInfo,
     Metric,
     MetricSpec,
+    PairMetric,
     ParamError,
     ParseError,
     header_sections,
@@ -372,6 +373,14 @@ class Perftest(Benchmark):
 
     def pair_flows(self, metrics: list[Metric]) -> localise.Flows:
         return pair_flows(metrics)
+
+    def pair_metric(self, params_: dict[str, Any]) -> PairMetric | None:
+        p = params(params_)
+        if p.latency:
+            return PairMetric("latency_typical_s", "s", False, f"{p['test']} typical (median) latency at the smallest "
+                              "message size", rows="client", columns="server")  # fmt: skip
+        return PairMetric("bw_avg_bps", "bit/s", True, f"{p['test']} average bandwidth at the largest message size",
+                          rows="client", columns="server")  # fmt: skip
 
     def second_pass_of(self, params_: dict[str, Any]) -> localise.SecondPass | None:
         p = params(params_)

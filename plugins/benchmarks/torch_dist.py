@@ -52,6 +52,7 @@ from plugins.benchmarks.base import (
     HostContext,
     Metric,
     MetricSpec,
+    PairMetric,
     ParamError,
     ParseError,
     register,
@@ -232,6 +233,11 @@ class TorchDist(Benchmark):
 
     def pair_flows(self, metrics: list[Metric]) -> localise.Flows:
         return pair_flows(metrics)
+
+    def pair_metric(self, params: dict[str, Any]) -> PairMetric | None:
+        if pair_params(params)["topology"] == "all":
+            return None
+        return nccl.pair_metric(str(params.get("op", OPS[0])))
 
     def second_pass_of(self, params: dict[str, Any]) -> localise.SecondPass | None:
         return LOCALISER.second_pass(pair_params(params))
