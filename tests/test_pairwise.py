@@ -478,3 +478,65 @@ def test_torch_dist_pairs_from_its_own_output_are_on_the_matrix(owner: Any, team
     whole = stored(team, "torch_dist", [({}, bench.parse((FIXTURES / "torch_dist" / "all_gather-gloo-2ranks.txt")
                                                             .read_text()))])  # fmt: skip
     assert selectors.campaign_links(campaign=whole) == selectors.Links([], None, [])
+
+
+# --- for real: a torch_dist all_pairs campaign on the namespaced lab ---------------------------------------------
+
+
+@pytest.mark.lab
+@pytest.mark.worker
+def test_a_torch_dist_all_pairs_campaign_on_the_lab_fills_the_matrix_and_its_degraded_node_is_a_row(
+    netns_lab: dict[str, Any], worker: Any
+) -> None:
+    from analysis import reports
+    from runners import lab
+    from tests.conftest import NETNS_LAB_PORT, launch_and_wait
+    from tests.test_fleet_e2e import DEGRADED, shape_every_link
+    from tests.test_torch_dist import torch_path
+
+    shape_every_link(netns_lab["dir"])
+    lab.lab_degrade("lab3", rate=DEGRADED, lab_dir=netns_lab["dir"])
+    nodes = ["lab1", "lab2", "lab3", "lab4"]
+    campaign = launch_and_wait(
+        {
+            "name": "torch-dist-all-pairs-matrix",
+            "kind": "torch_dist",
+            "nodes": nodes,
+            "cache": {"flush_clients": False},
+            "env": {  # as tests/test_torch_dist.py's lab runs set it, for the same reasons
+                "PYTHONPATH": torch_path(),
+                "OMP_NUM_THREADS": "1",
+                "GLOO_SOCKET_IFNAME": "eth0",
+                "OMPI_MCA_routed": "direct",
+                "OMPI_MCA_plm_rsh_no_tree_spawn": "1",
+                "OMPI_MCA_oob_tcp_if_include": "eth0",
+            },
+            # Messages well past the links' token bucket, few of them: seconds per pair.
+            "fixed": {
+                "topology": "all_pairs",
+                "nodes": len(nodes),
+                "min_bytes": "1M",
+                "max_bytes": "4M",
+                "factor": 4,
+                "warmup": 1,
+                "iters": 3,
+                "port": NETNS_LAB_PORT + 27200,
+            },  # fmt: skip
+            "matrix": {"op": ["all_reduce"]},
+        },
+        timeout=400,
+    )
+    assert campaign.status == CampaignStatus.SUCCEEDED, [
+        (r.params, r.error, [h.stderr[-2000:] for h in r.hosts.all()]) for r in campaign.runs.all()
+    ]
+
+    links = selectors.campaign_links(campaign=campaign)
+    matrix = selectors.link_matrix(links, threshold=3.5)
+    assert links.metric is not None and (links.metric.name, links.metric.unit) == ("busbw_max_gbps", "GB/s")
+    assert len(matrix.cells) == 12  # every ordered pair of four nodes: each pair's busbw on both of its nodes
+    assert matrix.outliers == ["lab3"]
+    for a, b in matrix.cells:
+        share = matrix.relative(a, b)
+        assert share is not None and (share < 0.6 if "lab3" in (a, b) else share > 0.8), (a, b, share)
+    (finding,) = reports.link_findings(matrix)
+    assert finding.startswith("Bad node lab3: the median of its pairs is ") and " MB/s" in finding  # GB/s, readably
