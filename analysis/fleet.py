@@ -203,6 +203,11 @@ class LinkMatrix:
     unit: str = "bit/s"
     outliers: list[str] = field(default_factory=list)  # the outlier nodes, worst first
     _median_cell: float | None = field(default=None, repr=False)
+    # What the cells are: the metric, one run's value of a pair in words, its direction, rows and columns.
+    metric: str = "throughput_bps"
+    statistic: str = "throughput of the flow, as its receiver counted it"
+    higher_is_better: bool = True
+    axes: tuple[str, str] = ("sender", "receiver")
 
     def value(self, sender: str, receiver: str) -> float | None:
         return self.cells.get((sender, receiver))
@@ -225,8 +230,10 @@ def link_matrix(
     threshold: float = DEFAULT_THRESHOLD,
     min_spread: float = DEFAULT_MIN_SPREAD,
     higher_is_better: bool = True,
+    **about: Any,
 ) -> LinkMatrix:
-    """The N x N matrix from (sender, receiver, value) flows, with outlier nodes and bad links named."""
+    """The N x N matrix from (sender, receiver, value) flows, with outlier nodes and bad links named; ``about``:
+    LinkMatrix's unit, metric, statistic and axes (iperf3's flows by default)."""
     samples: dict[tuple[str, str], list[float]] = defaultdict(list)
     for sender, receiver, value in flows:
         samples[(sender, receiver)].append(value)
@@ -256,8 +263,9 @@ def link_matrix(
         if score.outlier and sender not in bad_nodes and receiver not in bad_nodes:
             bad_links.append((sender, receiver, score))
     return LinkMatrix(
-        nodes, cells, dict(samples), node_scores, bad_links, threshold, outliers=[s.node for s in outliers]
-    )
+        nodes, cells, dict(samples), node_scores, bad_links, threshold, outliers=[s.node for s in outliers],
+        higher_is_better=higher_is_better, **about,
+    )  # fmt: skip
 
 
 def _natural(name: str) -> tuple[Any, ...]:
@@ -300,7 +308,12 @@ def fleet_payload(view: FleetView) -> dict[str, Any]:
 def links_payload(matrix: LinkMatrix) -> dict[str, Any]:
     return {
         "threshold": matrix.threshold,
+        "metric": matrix.metric,
         "unit": matrix.unit,
+        "statistic": f"median over repetitions of the {matrix.statistic}",
+        "higher_is_better": matrix.higher_is_better,
+        "rows": matrix.axes[0],
+        "columns": matrix.axes[1],
         "nodes": matrix.nodes,
         "matrix": [[matrix.value(s, r) for r in matrix.nodes] for s in matrix.nodes],
         "node_scores": {

@@ -509,8 +509,9 @@ def link_grid(matrix: fleet.LinkMatrix) -> list[dict[str, Any]]:
         cells = []
         for receiver in matrix.nodes:
             value, share = matrix.value(sender, receiver), matrix.relative(sender, receiver)
-            shade = "self" if sender == receiver else "none" if share is None else (
-                "bad" if share < 0.5 else "low" if share < 0.8 else "ok")  # fmt: skip
+            good = share if share is None or matrix.higher_is_better else 1 / share if share else None  # latency
+            shade = "self" if sender == receiver else "none" if good is None else (
+                "bad" if good < 0.5 else "low" if good < 0.8 else "ok")  # fmt: skip
             text = numbers.quantity(value, matrix.unit) if value is not None else ""
             cells.append({"receiver": receiver, "text": text,
                           "shade": shade, "share": f"{share:.0%}" if share is not None else ""})  # fmt: skip
@@ -519,7 +520,9 @@ def link_grid(matrix: fleet.LinkMatrix) -> list[dict[str, Any]]:
 
 
 def link_tables(matrix: fleet.LinkMatrix) -> list[Table]:
-    grid = Table("matrix", f"Sender x receiver ({matrix.unit})", ["sender", *matrix.nodes],
+    rows, columns = matrix.axes
+    grid = Table("matrix", f"{rows.capitalize()} x {columns}: {matrix.metric}, median over repetitions of the "
+                 f"{matrix.statistic} ({matrix.unit})", [rows, *matrix.nodes],
                  units=dict.fromkeys(matrix.nodes, matrix.unit))  # fmt: skip
     for sender in matrix.nodes:
         grid.rows.append([sender, *(matrix.value(sender, receiver) for receiver in matrix.nodes)])
@@ -537,11 +540,11 @@ def link_findings(matrix: fleet.LinkMatrix) -> list[str]:
     for node in matrix.outliers:
         s = matrix.node_scores[node]
         value, median = numbers.quantity(s.value, matrix.unit), numbers.quantity(s.median, matrix.unit)
-        found.append(f"Bad node {node}: its flows' median is {value}, {s.ratio or 0:.0%} of the fleet's {median} "
+        found.append(f"Bad node {node}: the median of its pairs is {value}, {s.ratio or 0:.0%} of the fleet's {median} "
                      f"(score {s.score:+.1f})")  # fmt: skip
     for sender, receiver, s in matrix.bad_links:
         found.append(f"Bad link {sender} → {receiver}: {numbers.quantity(s.value, matrix.unit)}, "
-                     f"{s.ratio or 0:.0%} of the median flow (score {s.score:+.1f})")  # fmt: skip
+                     f"{s.ratio or 0:.0%} of the median pair (score {s.score:+.1f})")  # fmt: skip
     return found
 
 

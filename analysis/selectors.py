@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -29,7 +30,7 @@ from common.collector import gc_paused
 from inventory.models import StorageSystem
 from plugins import localise
 from plugins.benchmarks import training
-from plugins.benchmarks.base import Benchmark, Metric, get_benchmark
+from plugins.benchmarks.base import Benchmark, Metric, PairMetric, ParamError, get_benchmark
 
 CAMPAIGN_CHOICES = 300  # newest visible campaigns offered in a picker (selected ones always are)
 POINT_CHOICES = 200  # matrix points offered per selected campaign
@@ -451,14 +452,69 @@ def campaign_fleet_samples(*, campaign: Campaign) -> list[tuple[fleet.Column, st
     return samples
 
 
-def campaign_link_flows(*, campaign: Campaign, point: int | None = None) -> list[tuple[str, str, float]]:
-    """(sender, receiver, bit/s) of every pairwise iperf flow of the campaign (one query), at one point or all."""
-    rows = Result.objects.filter(
-        HOST_RESULTS, run__campaign=campaign, name="throughput_bps", labels__has_key="peer", labels__direction="send"
+@dataclass(frozen=True)
+class Links:
+    """The pairwise results of a campaign as the link matrix shows them: (sender, receiver, value) of every pair of
+    every run, as its plug-in reads them (``Benchmark.pair_flows``), and what the value is (``metric``)."""
+
+    flows: list[tuple[str, str, float]]
+    metric: PairMetric | None
+    points: list[int]  # the points with pairwise results (one metric each; the matrix shows one kind of metric)
+
+
+def _pair_runs(campaign: Campaign) -> dict[int, tuple[PairMetric, list[int]]]:
+    """{point: (its pair metric, its succeeded repetitions)} of the points whose runs are pairwise."""
+    benchmark = get_benchmark(campaign.kind)
+    runs = campaign.runs.filter(status=RunStatus.SUCCEEDED, is_warmup=False).order_by("point", "sequence")
+    found: dict[int, tuple[PairMetric, list[int]]] = {}
+    for pk, point, params in runs.values_list("pk", "point", "params"):
+        try:
+            metric = benchmark.pair_metric(planning.benchmark_params(params))
+        except ParamError:  # a run of an older version of the plug-in: not shown rather than a failed page
+            metric = None
+        if metric is not None:
+            found.setdefault(point, (metric, []))[1].append(pk)
+    return found
+
+
+def campaign_links(*, campaign: Campaign, point: int | None = None) -> Links:
+    """The pairwise results of one point, or of every point whose pair metric is the first one's (two queries)."""
+    pair_runs = _pair_runs(campaign)
+    with_results = Result.objects.filter(
+        HOST_RESULTS, run_id__in=[pk for _, pks in pair_runs.values() for pk in pks], labels__has_key="peer"
     )
-    if point is not None:
-        rows = rows.filter(run__point=point)
-    return [(host, str(labels["peer"]), value) for host, labels, value in rows.values_list("host", "labels", "value")]
+    points = sorted(set(with_results.values_list("run__point", flat=True)))
+    chosen = [p for p in points if p == point] if point is not None else points
+    if not chosen:
+        return Links([], None, points)
+    metric = pair_runs[chosen[0]][0]
+    runs = [pk for p in chosen if pair_runs[p][0] == metric for pk in pair_runs[p][1]]
+    rows = Result.objects.filter(HOST_RESULTS, run_id__in=runs, name=metric.name, labels__has_key="peer")
+    if metric.labels:  # key lookups (SQLite has no JSON containment); the keys are the plug-in's own
+        rows = rows.filter(**{f"labels__{key}": value for key, value in metric.labels.items()})
+    found: dict[int, list[Metric]] = defaultdict(list)
+    fields = ("run_id", "name", "unit", "host", "labels", "value")
+    for run_id, name, unit, host, labels, value in rows.values_list(*fields).iterator(chunk_size=10_000):
+        found[run_id].append(Metric(name=name, value=value, unit=unit, host=host, labels=labels))
+    benchmark = get_benchmark(campaign.kind)
+    flows = [(a, b, value) for metrics in found.values() for (a, b), value in benchmark.pair_flows(metrics).items()]
+    return Links(flows, metric, points)
+
+
+def campaign_link_flows(*, campaign: Campaign, point: int | None = None) -> list[tuple[str, str, float]]:
+    """(sender, receiver, value) of every pair of the campaign (``campaign_links``), at one point or all."""
+    return campaign_links(campaign=campaign, point=point).flows
+
+
+def link_matrix(links: Links, *, threshold: float) -> fleet.LinkMatrix:
+    """The N x N matrix of ``links``, in its metric's unit and direction."""
+    metric = links.metric
+    if metric is None:
+        return fleet.link_matrix([], threshold=threshold)
+    return fleet.link_matrix(
+        links.flows, threshold=threshold, higher_is_better=metric.higher_is_better, unit=metric.unit,
+        metric=metric.name, statistic=metric.statistic, axes=(metric.rows, metric.columns),
+    )  # fmt: skip
 
 
 def campaign_localisation(*, campaign: Campaign) -> list[dict[str, Any]]:
@@ -497,8 +553,7 @@ def _pair_flows(benchmark: Benchmark, runs: list[Run]) -> dict[int, localise.Flo
 
 
 def campaign_link_points(*, campaign: Campaign) -> list[int]:
-    rows = Result.objects.filter(HOST_RESULTS, run__campaign=campaign, name="throughput_bps", labels__has_key="peer")
-    return sorted(set(rows.values_list("run__point", flat=True)))
+    return campaign_links(campaign=campaign, point=-1).points
 
 
 def suite_run_team(*, request: HttpRequest, name: str) -> Any:

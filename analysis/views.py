@@ -300,14 +300,15 @@ def fleet_page(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 def links_page(request: HttpRequest, pk: int) -> HttpResponse:
-    """The N x N matrix of a pairwise iperf campaign (sender x receiver), with outlier nodes and bad links named."""
+    """The N x N matrix of a pairwise campaign (iperf3 sender x receiver, perftest client x server, nccl-tests and
+    torch_dist pairs), with outlier nodes and bad links named."""
     campaign = selectors.campaign_by_id(request=request, pk=pk)
     errors: list[str] = []
     threshold = _threshold(request, errors)
     points = selectors.campaign_link_points(campaign=campaign)
     point = _choice(request.GET, "point", [str(p) for p in points], (), errors, "point")
-    flows = selectors.campaign_link_flows(campaign=campaign, point=int(point) if point else None)
-    matrix = fleet.link_matrix(flows, threshold=threshold)
+    links = selectors.campaign_links(campaign=campaign, point=int(point) if point else None)
+    matrix = selectors.link_matrix(links, threshold=threshold)
     context = {"errors": errors, "campaign": campaign, "matrix": matrix, "threshold": threshold,
                "points": points, "point": point, "grid": reports.link_grid(matrix),
                "findings": reports.link_findings(matrix),

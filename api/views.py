@@ -390,14 +390,16 @@ class CampaignViewSet(ScopedMixin, IdempotentMixin, viewsets.ModelViewSet):
     )
     @action(detail=True, methods=["get"])
     def links(self, request: Request, pk: str) -> Response:
-        """The N x N matrix of a pairwise iperf campaign (sender x receiver), outlier nodes and bad links."""
+        """The N x N matrix of a pairwise campaign (iperf3 sender x receiver, perftest client x server, nccl-tests and
+        torch_dist pairs: metric, unit and statistic named), outlier nodes and bad links."""
         campaign = self.get_object()
         threshold = fleet.parse_threshold(request.query_params.get("threshold"))
         point = (
             _bounded_int(request.query_params, "point", -1, 0, 1_000_000) if "point" in request.query_params else None
         )
-        flows = analysis_selectors.campaign_link_flows(campaign=campaign, point=point)
-        payload = fleet.links_payload(fleet.link_matrix(flows, threshold=threshold))
+        links = analysis_selectors.campaign_links(campaign=campaign, point=point)
+        payload = fleet.links_payload(analysis_selectors.link_matrix(links, threshold=threshold))
+        payload["points"] = links.points
         payload["localisation"] = analysis_selectors.campaign_localisation(campaign=campaign)
         return Response(payload)
 

@@ -40,6 +40,21 @@ class Metric:
 
 
 @dataclass(frozen=True)
+class PairMetric:
+    """What the link matrix (node x node) shows of a pairwise run: the stored per-host metric (``name``, labelled
+    ``peer``), which of its rows count (``labels``: iperf's sending direction), what one run's value of a pair is in
+    words (``statistic``; ``Benchmark.pair_flows`` reads it) and what the matrix's rows and columns are."""
+
+    name: str
+    unit: str
+    higher_is_better: bool
+    statistic: str
+    rows: str = "sender"
+    columns: str = "receiver"
+    labels: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class HostInfo:
     """One host of a run, as every host's command may need to know it (MPI host lists, iperf pairs)."""
 
@@ -149,6 +164,10 @@ class Benchmark:
         """{(node, peer): value} of a pairwise run's per-host metrics, higher is better (what two-pass localisation
         judges); empty for a benchmark without pairs."""
         return {}
+
+    def pair_metric(self, params: dict[str, Any]) -> PairMetric | None:
+        """What the link matrix shows of a run of ``params`` (its ``pair_flows``); None for a run without pairs."""
+        return None
 
     def second_pass_of(self, params: dict[str, Any]) -> localise.SecondPass | None:
         """What a run of a localisation's pass 2 re-tests (from its parameters), to judge with ``localise.judge``;

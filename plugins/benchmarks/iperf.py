@@ -83,6 +83,7 @@ from plugins.benchmarks.base import (
     HostInfo,
     Metric,
     MetricSpec,
+    PairMetric,
     ParamError,
     ParseError,
     header_sections,
@@ -94,7 +95,7 @@ pair_rounds = localise.pair_rounds  # where the perftest plug-in and older calle
 
 TOPOLOGIES = ("pairs", "to_first", "all_to_all", "all_pairs", "ring", "two_pass")
 IN_ROUNDS = ("all_pairs", "two_pass")  # one server per host, clients round after round (see all_pairs)
-LOCALISING = ("seed", "threshold", "localise_pass", "partners", "reference_bps")  # two_pass only
+LOCALISER = localise.Localiser("reference_bps", 1e15)
 SEND = "send"
 RECEIVE = "receive"
 HELPER = "rackbench_iperf.py"
@@ -202,13 +203,7 @@ PARAMS: dict[str, tuple[parameters.Check, Any]] = {
     "length": (_SIZE, None),  # -l: read/write buffer length
     "interface_address": (_interface_addresses, {}),
     "udp": (parameters.boolean, False),  # -u: UDP at ``bitrate`` (iperf's default 1 Mbit/s without it)
-    # two_pass (plugins/localise.py): pass 1's random pairing, and what makes a pair low (a share of the median pair)
-    "seed": (parameters.integer(0, 2**31), 0),
-    "threshold": (parameters.number(0.01, 1), 0.7),
-    # Set on the run of pass 2, which the campaign adds after pass 1 (follow_up): its pairs and pass 1's reference.
-    "localise_pass": (parameters.integer(1, 2), 1),
-    "partners": (localise.partners, ()),
-    "reference_bps": (parameters.number(0, 1e15), None),
+    **LOCALISER.params(),  # two_pass (plugins/localise.py)
 }
 
 
@@ -301,14 +296,7 @@ class _Iperf(Benchmark):
         if merged["topology"] in IN_ROUNDS and (merged["reverse"] or merged["bidir"]):
             topology = merged["topology"]
             raise ParamError("topology", f"{topology} measures both directions of every pair; leave reverse/bidir off")
-        given = sorted(set(values) & set(LOCALISING))
-        if given and merged["topology"] != "two_pass":
-            raise ParamError(given[0], "applies to topology two_pass only")
-        second_only = sorted(set(given) & {"partners", "reference_bps"})
-        if second_only and merged["localise_pass"] == 1:
-            raise ParamError(second_only[0], "is set by the campaign on the run of pass 2 (localise_pass: 2)")
-        if merged["localise_pass"] == 2 and (not merged["partners"] or merged["reference_bps"] is None):
-            raise ParamError("partners", "pass 2 needs its partners and pass 1's reference_bps")
+        LOCALISER.check(values, merged)
         if merged["omit"] >= merged["duration"]:
             raise ParamError("omit", f"must be shorter than duration ({merged['duration']} s)")
         if self.udp_forward_only and merged["udp"] and (merged["reverse"] or merged["bidir"]):
@@ -349,15 +337,7 @@ class _Iperf(Benchmark):
 
     def _rounds(self, p: _Params, hosts: tuple[HostInfo, ...]) -> list[list[tuple[int, int]]]:
         """The rounds of pairs: every pair (all_pairs), pass 1's random pairs or pass 2's partners (two_pass)."""
-        if p.topology == "all_pairs":
-            return pair_rounds(len(hosts))
-        if p.localise_pass == 1:
-            return localise.random_pair_rounds(len(hosts), p.seed)
-        index = {h.name: i for i, h in enumerate(hosts)}
-        unknown = sorted({name for pair in p.partners for name in pair} - set(index))
-        if unknown:
-            raise ParamError("partners", f"names no host of this run: {', '.join(unknown)}")
-        return localise.rounds_of([(index[a], index[b]) for a, b in p.partners])
+        return LOCALISER.rounds(p.topology, [h.name for h in hosts], vars(p))
 
     def _in_rounds(
         self,
@@ -478,17 +458,13 @@ class _Iperf(Benchmark):
 
     def follow_up(self, params: dict[str, Any], metrics: list[Metric]) -> dict[str, Any] | None:
         """two_pass: after pass 1, the parameters of pass 2 (each suspect with a known-good partner), or None."""
-        p = self.params(params)
-        if p.topology != "two_pass" or p.localise_pass != 1:
-            return None
-        second = localise.plan_second_pass(send_flows(metrics), threshold=p.threshold)
-        if second is None:
-            return None
-        partners = ",".join(f"{suspect}:{partner}" for suspect, partner in second.partners)
-        return {**params, "localise_pass": 2, "partners": partners, "reference_bps": second.reference}
+        return LOCALISER.follow_up(params, vars(self.params(params)), send_flows(metrics))
 
     def pair_flows(self, metrics: list[Metric]) -> localise.Flows:
         return send_flows(metrics)
+
+    def pair_metric(self, params: dict[str, Any]) -> PairMetric | None:
+        return FLOW_METRIC
 
     def second_pass_of(self, params: dict[str, Any]) -> localise.SecondPass | None:
         return second_pass_of(params)
@@ -515,6 +491,10 @@ class _Iperf(Benchmark):
         ]
 
 
+FLOW_METRIC = PairMetric("throughput_bps", "bit/s", True, "throughput of the flow, as its receiver counted it",
+                         labels={"direction": SEND})  # fmt: skip
+
+
 def send_flows(metrics: list[Metric]) -> localise.Flows:
     """{(sender, receiver): bit/s} of the flows in a run's per-host metrics."""
     return {
@@ -526,12 +506,7 @@ def send_flows(metrics: list[Metric]) -> localise.Flows:
 
 def second_pass_of(params: dict[str, Any]) -> localise.SecondPass | None:
     """What a run of pass 2 re-tests (from its parameters), to judge its flows with ``localise.judge``."""
-    p = Iperf3().params(params)
-    if p.topology != "two_pass" or p.localise_pass != 2 or p.reference_bps is None:
-        return None
-    suspects = [suspect for suspect, _ in p.partners]
-    good = sorted({partner for _, partner in p.partners})
-    return localise.SecondPass(suspects, good, list(p.partners), p.reference_bps)
+    return LOCALISER.second_pass(vars(Iperf3().params(params)))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,18 @@ every rank. The table's layout changed over the years, so columns are read from 
 Every version ends with ``# Out of bounds values : N OK|FAILED`` and ``# Avg bus bandwidth : X``; a run that lacks
 the latter did not finish.
 
+Topology (param ``topology``): ``all`` (default) is one test across every host. The pairwise ones run a 2-node test
+per pair of hosts (one ``mpirun`` across the pair's two hosts, every GPU of both, as ``all`` runs them), every pair
+of a round at once, rounds one after another (plugins/localise.py plans them; a small helper on the primary host,
+``rackbench_pairs.py``, starts each round's launches and stops one still running after ``pair_timeout`` seconds):
+``pairs`` (host 0 with host 1, 2 with 3, ...; an even count), ``all_pairs`` (every pair), ``ring`` (each host with
+the next) and ``two_pass`` (two-pass localisation with iperf3's parameters ``seed`` and ``threshold``; the campaign
+adds pass 2 through ``follow_up`` with ``localise_pass: 2``, ``partners`` and pass 1's ``reference_gbps``). A pair
+is judged by its ``busbw_max_gbps`` (the largest messages, where the link rather than latency bounds it). Each
+pair's metrics are stored on both of its nodes, labelled ``{"peer": other node, "round": R}``; the run's aggregate
+is the median pair's busbw_avg/busbw_max, the sum of wrong elements and out-of-bounds values, and the ranks of one
+test. rackbench's torch_dist benchmark prints its pairs in the same format (``pair_metrics`` reads both).
+
 Noise the parser removes: Open MPI's ``--tag-output`` prefixes (``[1,0]<stdout>:``), carriage returns and terminal
 escapes, and NCCL log lines. rank 0's NCCL lines share its stdout buffer with the table, so with verbose
 ``NCCL_DEBUG_SUBSYS`` a table row is cut into pieces glued in front of log lines
@@ -25,16 +37,20 @@ back together.
 
 from __future__ import annotations
 
+import json
 import math
 import posixpath
 import re
+import statistics
 import string
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from common import parameters
+from plugins import localise
 from plugins.benchmarks.base import (
     Benchmark,
     HostCommand,
@@ -42,11 +58,14 @@ from plugins.benchmarks.base import (
     HostInfo,
     Metric,
     MetricSpec,
+    PairMetric,
     ParamError,
     ParseError,
+    header_sections,
     register,
 )
 from plugins.launchers.mpi import MPI_PARAMS, mpirun_argv, options_from_params
+from plugins.tools import pairs_helper
 
 BINARIES = (
     "all_reduce_perf",
@@ -100,6 +119,22 @@ METRICS = (
     ),
 )
 _UNITS = {spec.name: spec.unit for spec in METRICS}
+
+TOPOLOGIES = ("all", *localise.TOPOLOGIES)
+LOCALISER = localise.Localiser("reference_gbps", 1e9)
+# Pairwise topologies, validated through common/parameters (check, default).
+PAIR_PARAMS: dict[str, tuple[parameters.Check, Any]] = {
+    "topology": (parameters.choice(*TOPOLOGIES), "all"),
+    "pair_timeout": (parameters.integer(10, 86_400), 1800),  # seconds one pair's test may run before it is stopped
+    **LOCALISER.params(),
+}
+PAIR_METRIC = "busbw_max_gbps"  # what a pair is judged by in two_pass
+PAIRS_HELPER = "rackbench_pairs.py"
+PAIRS_PLAN = "pairs.json"
+PAIRS_HELPER_SCRIPT = Path(pairs_helper.__file__).read_text()  # shipped to the primary host as PAIRS_HELPER
+PAIR_PREFIX = pairs_helper.PAIR_HEADER  # also what plugins/tools/torch_dist.py prints
+_PAIR_HEADER = re.compile(r"^" + re.escape(PAIR_PREFIX), re.MULTILINE)
+_PAIRS_FOOTER = re.compile(r"^" + re.escape(pairs_helper.PAIRS_FOOTER) + r"(.*)$", re.MULTILINE)
 
 
 # --- parameters ---------------------------------------------------------------------------------------------------
@@ -257,8 +292,19 @@ KNOWN_PARAMS = frozenset(
         "root",
         "expect_transport",
         *MPI_PARAMS,
+        *PAIR_PARAMS,
     }
 )
+
+
+def pair_params(params: dict[str, Any]) -> dict[str, Any]:
+    """The topology and two_pass parameters, checked together; ParamError names the field."""
+    given = {key: parameters.checked(key, PAIR_PARAMS[key][0], params[key]) for key in PAIR_PARAMS if key in params}
+    merged = {key: given.get(key, default) for key, (_, default) in PAIR_PARAMS.items()}
+    if "pair_timeout" in given and merged["topology"] == "all":
+        raise ParamError("pair_timeout", "applies to the pairwise topologies only (pairs, all_pairs, ring, two_pass)")
+    LOCALISER.check(given, merged)
+    return merged
 
 
 def config(params: dict[str, Any]) -> Config:
@@ -267,6 +313,7 @@ def config(params: dict[str, Any]) -> Config:
         if name not in KNOWN_PARAMS:
             raise ParamError(str(name), "unknown or unsupported nccl-tests parameter")
     options_from_params(params)  # validates the mpi_* parameters
+    pair_params(params)
     min_bytes = _size(params, "min_bytes", DEFAULT_MIN_BYTES)
     max_bytes = _size(params, "max_bytes", max(DEFAULT_MAX_BYTES, min_bytes))
     if min_bytes > max_bytes:
@@ -659,16 +706,36 @@ class NcclTests(Benchmark):
         config(params)
 
     def build(self, params: dict[str, Any], host: HostContext) -> HostCommand | None:
-        """On the primary host: mpirun starting one rank per GPU (per gpus_per_rank GPUs) on every host."""
-        cfg = config(params)
+        """On the primary host: mpirun starting one rank per GPU (per gpus_per_rank GPUs) on every host; pairwise,
+        the helper running one such mpirun per pair, round by round."""
+        cfg, p = config(params), pair_params(params)
         if not host.is_primary:
             return None
         options = options_from_params(params, _debug_env(cfg.expect_transport, host.env))
         hosts = host.hosts if options.slots else _rank_hosts(host.hosts, cfg.gpus_per_rank)
-        return HostCommand(argv=mpirun_argv(hosts, cfg.rank_argv(), options))
+        if p["topology"] == "all":
+            return HostCommand(argv=mpirun_argv(hosts, cfg.rank_argv(), options))
+        rounds = LOCALISER.rounds(p["topology"], [h.name for h in hosts], p)
+        launches = [
+            [{"nodes": [hosts[a].name, hosts[b].name], "argv": mpirun_argv((hosts[a], hosts[b]), cfg.rank_argv(),
+                                                                           options)} for a, b in pairs]
+            for pairs in rounds
+        ]  # fmt: skip
+        plan = {"timeout": p["pair_timeout"], "rounds": launches}
+        return HostCommand(
+            argv=["python3", PAIRS_HELPER, PAIRS_PLAN],
+            files={PAIRS_HELPER: PAIRS_HELPER_SCRIPT, PAIRS_PLAN: json.dumps(plan, indent=1) + "\n"},
+        )
 
     def parse(self, text: str, *, host: str = "") -> list[Metric]:
-        """The whole run's metrics (host=""): mpirun gathers every rank's output on the primary host."""
+        """The whole run's metrics (host=""): mpirun gathers every rank's output on the primary host. Pairwise,
+        every pair's metrics on both of its nodes (``pair_metrics``)."""
+        if _PAIR_HEADER.search(text):
+            return pair_metrics(text, "nccl-tests")
+        return self.parse_one(text)
+
+    def parse_one(self, text: str) -> list[Metric]:
+        """The metrics (host="") of one nccl-tests output."""
         out = read_output(text)
         duplicated = [rank for rank, n in Counter(rank for rank, _ in out.ranks).items() if n > 1]
         if duplicated or out.tables > 1:
@@ -681,6 +748,26 @@ class NcclTests(Benchmark):
             reason = f": {out.failure}" if out.failure else " (no '#  size  count  type ...' table header)"
             raise ParseError(f"no nccl-tests results in the output{reason}")
         return _output_metrics(out)
+
+    def aggregate(self, per_host: list[Metric]) -> list[Metric]:
+        """Pairwise runs: the pairs' aggregate (``pair_aggregate``); a run across every host has none (its metrics
+        are the run's already)."""
+        return pair_aggregate(per_host)
+
+    def follow_up(self, params: dict[str, Any], metrics: list[Metric]) -> dict[str, Any] | None:
+        """two_pass: after pass 1, the parameters of pass 2 (each suspect with a known-good partner), or None."""
+        return LOCALISER.follow_up(params, pair_params(params), pair_flows(metrics))
+
+    def pair_flows(self, metrics: list[Metric]) -> localise.Flows:
+        return pair_flows(metrics)
+
+    def pair_metric(self, params: dict[str, Any]) -> PairMetric | None:
+        if pair_params(params)["topology"] == "all":
+            return None
+        return pair_metric(str(params.get("binary", DEFAULT_BINARY)))
+
+    def second_pass_of(self, params: dict[str, Any]) -> localise.SecondPass | None:
+        return LOCALISER.second_pass(pair_params(params))
 
     def missing(self, metrics: list[Metric], hosts: list[str]) -> list[str]:
         """The run's metrics are the primary host's aggregate (host=""), whichever hosts ran."""
@@ -697,7 +784,8 @@ class NcclTests(Benchmark):
         problems: list[str] = []
         total = {m.name: m.value for m in metrics if m.host == "" and not m.labels}
         if total.get("wrong", 0) > 0:
-            sizes = sorted({m.labels["size_bytes"] for m in metrics if m.name == "wrong" and m.labels and m.value > 0})
+            sizes = sorted({m.labels["size_bytes"] for m in metrics if m.name == "wrong" and "size_bytes" in m.labels
+                            and m.value > 0})  # fmt: skip
             problems.append(
                 f"nccl-tests found {total['wrong']:g} wrong elements (data corruption) at message sizes "
                 f"{', '.join(map(str, sizes))} bytes"
@@ -712,3 +800,80 @@ class NcclTests(Benchmark):
             if problem:
                 problems.append(problem)
         return problems
+
+
+# --- pairwise runs ------------------------------------------------------------------------------------------------
+
+
+def pair_metrics(text: str, tool: str) -> list[Metric]:
+    """Each pair's table (after its ``#rackbench-pair`` line) read by the nccl-tests parser, its metrics on both of
+    its nodes labelled with the other one and the round; ParseError naming the pair when a pair's table (with its
+    launch's exit status, where the header gives it), or the ``#rackbench-pairs`` end, is missing."""
+    text = text.replace("\r\n", "\n")
+    footer = _PAIRS_FOOTER.search(text)
+    if footer is None:
+        pairs = len(_PAIR_HEADER.findall(text))
+        raise ParseError(f"{tool} ended before every pair had run ({pairs} pair table(s) printed)")
+    metrics: list[Metric] = []
+    sections = header_sections(text, PAIR_PREFIX, end=footer.start())
+    for header, table in sections:
+        try:
+            number, (a, b) = int(header["round"]), [str(n) for n in header["nodes"]]
+        except (ValueError, KeyError, TypeError):
+            raise ParseError(f"unreadable rackbench-pair line: {json.dumps(header)[:200]!r}") from None
+        try:
+            found = NcclTests().parse_one(table)
+        except ParseError as exc:
+            code, said = header.get("exit_code"), str(header.get("stderr", "")).strip()
+            status = f" (exit status {code})" if code else ""
+            tail = f"; its stderr ends: {said[-300:]!r}" if said else ""
+            raise ParseError(f"pair {a}-{b}: {exc}{status}{tail}") from None
+        for node, peer in ((a, b), (b, a)):
+            metrics += [
+                Metric(m.name, m.value, m.unit, host=node, labels={**m.labels, "peer": peer, "round": number})
+                for m in found
+            ]
+    try:
+        expected = int(json.loads(footer.group(1))["pairs"])
+    except (ValueError, KeyError, TypeError):
+        raise ParseError(f"unreadable rackbench-pairs line: {footer.group(0)[:200]!r}") from None
+    if expected != len(sections):
+        raise ParseError(f"{tool} ran {expected} pairs but printed {len(sections)} pair tables")
+    return metrics
+
+
+def pair_metric(test: str) -> PairMetric:
+    """The link matrix of a pairwise run of ``test`` (a collective), symmetric: a pair's value is on both nodes."""
+    return PairMetric(PAIR_METRIC, _UNITS[PAIR_METRIC], True, f"bus bandwidth of the pair's 2-node {test}, the "
+                      "highest over message sizes (busbw_max)", rows="node", columns="peer")  # fmt: skip
+
+
+def pair_flows(metrics: list[Metric]) -> localise.Flows:
+    """{(node, peer): busbw_max_gbps} of every pair in a run's per-host metrics."""
+    return {
+        (m.host, str(m.labels["peer"])): m.value
+        for m in metrics
+        if m.name == PAIR_METRIC and m.host and "peer" in m.labels
+    }
+
+
+def pair_aggregate(per_host: list[Metric]) -> list[Metric]:
+    """Pairwise runs: the median pair's busbw_avg_gbps/busbw_max_gbps, the wrong elements and out-of-bounds values
+    of every pair, and the ranks of one test (the median pair's; 2 where the output lists no ranks); each pair
+    counted once (its metrics are on both of its nodes)."""
+    per_pair: dict[tuple[str, str, Any], dict[str, float]] = {}
+    for m in per_host:
+        if m.host and "peer" in m.labels and not set(m.labels) - {"peer", "round"} and m.host < m.labels["peer"]:
+            per_pair.setdefault((m.host, str(m.labels["peer"]), m.labels.get("round")), {})[m.name] = m.value
+    if not per_pair:
+        return []
+    out = [
+        _metric(name, statistics.median(found))
+        for name in ("busbw_avg_gbps", "busbw_max_gbps")
+        if (found := [pair[name] for pair in per_pair.values() if name in pair])
+    ]
+    out.append(_metric("wrong", sum(pair.get("wrong", 0) for pair in per_pair.values())))
+    if any("out_of_bounds" in pair for pair in per_pair.values()):
+        out.append(_metric("out_of_bounds", sum(pair.get("out_of_bounds", 0) for pair in per_pair.values())))
+    ranks = [pair["ranks"] for pair in per_pair.values() if "ranks" in pair]
+    return [*out, _metric("ranks", statistics.median(ranks) if ranks else 2)]

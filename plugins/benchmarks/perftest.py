@@ -13,6 +13,12 @@ list, with the iperf3 plug-in's pairing:
   the N x N matrix (client x server) shows a bad link as one cell and a bad node as one row and column.
 - ``ring``: every host with the next, the last with the first, in rounds of disjoint pairs
   (``localise.ring_rounds``), each round run twice as all_pairs runs it.
+- ``two_pass``: two-pass localisation (plugins/localise.py) with iperf3's parameters (``seed``, ``threshold``;
+  the campaign adds pass 2 through ``follow_up`` with ``localise_pass: 2``, ``partners`` and pass 1's ``reference``,
+  in the unit of the judged metric), each round run twice as all_pairs runs it. A pair is judged by
+  ``bw_avg_bps`` at its largest message size (bandwidth tests: higher is better) or ``latency_typical_s`` at its
+  smallest (latency tests: lower is better, so a pair is low when ``threshold`` x its latency exceeds the median
+  pair's), and by its worse direction.
 
 Every host runs one main command, a small helper (``rackbench_perftest.py``, Python 3.6+) that runs the host's steps
 in order from a JSON plan. Step ``k`` listens on ``port + k``, so a client can never reach a server of another step;
@@ -53,6 +59,7 @@ from plugins.benchmarks.base import (
     HostInfo,
     Metric,
     MetricSpec,
+    PairMetric,
     ParamError,
     ParseError,
     header_sections,
@@ -62,8 +69,9 @@ from plugins.tools import perftest_helper
 
 BANDWIDTH_TESTS = ("ib_write_bw", "ib_read_bw", "ib_send_bw")
 LATENCY_TESTS = ("ib_write_lat", "ib_read_lat", "ib_send_lat")
-TOPOLOGIES = ("pairs", "all_pairs", "ring")
-IN_ROUNDS = ("all_pairs", "ring")
+TOPOLOGIES = localise.TOPOLOGIES  # pairs, all_pairs, ring, two_pass
+IN_ROUNDS = ("all_pairs", "ring", "two_pass")
+LOCALISER = localise.Localiser("reference", 1e15)  # bit/s (bandwidth tests) or s (latency tests)
 HELPER = "rackbench_perftest.py"
 PLAN = "steps.json"
 HEADER = perftest_helper.HEADER
@@ -126,6 +134,7 @@ PARAMS: dict[str, tuple[parameters.Check, Any]] = {
     "use_cuda_dmabuf": (parameters.boolean, False),  # --use_cuda_dmabuf (needs use_cuda)
     "connect_timeout": (parameters.integer(1, 3600), 60),  # seconds a client waits for its server to listen
     "timeout": (parameters.integer(10, 86_400), 600),  # seconds one test may run before it is stopped
+    **LOCALISER.params(),  # two_pass (plugins/localise.py)
 }
 
 
@@ -167,6 +176,7 @@ def params(raw: dict[str, Any]) -> _Params:
                 raise ParamError(key, f"applies to bandwidth tests ({', '.join(BANDWIDTH_TESTS)}) only")
     if merged["use_cuda_dmabuf"] and merged["use_cuda"] is None:
         raise ParamError("use_cuda_dmabuf", "needs use_cuda (the GPU whose memory is registered)")
+    LOCALISER.check(values, merged)
     return p
 
 
@@ -191,15 +201,12 @@ def options(p: _Params) -> list[str]:
 # --- plan -----------------------------------------------------------------------------------------------------
 
 
-def steps(topology: str, count: int) -> list[list[tuple[int, int]]]:
-    """The (client index, server index) pairs of each step, every pair of a step at once."""
-    if count < 2:
-        raise ParamError("topology", f"{topology} needs at least 2 hosts, the run has {count}")
-    if topology == "pairs":
-        if count % 2:
-            raise ParamError("topology", f"pairs needs an even number of hosts, the run has {count}")
-        return [[(c, c + 1) for c in range(0, count, 2)]]
-    rounds = localise.ring_rounds(count) if topology == "ring" else localise.pair_rounds(count)
+def steps(p: _Params, names: list[str]) -> list[list[tuple[int, int]]]:
+    """The (client index, server index) pairs of each step, every pair of a step at once: pairs host 0 the client
+    of host 1 ..., the other topologies each round of ``localise.Localiser.rounds`` twice, once each way."""
+    rounds = LOCALISER.rounds(p["topology"], names, p.values)
+    if p["topology"] == "pairs":
+        return rounds
     found = []
     for pairs in rounds:
         found.append([(a, b) for a, b in pairs])
@@ -296,7 +303,7 @@ class Perftest(Benchmark):
         hosts = host.hosts
         if not 0 <= host.index < len(hosts):
             raise ParamError("topology", f"host index {host.index} is not in the run's {len(hosts)} hosts")
-        plan = steps(p["topology"], len(hosts))
+        plan = steps(p, [h.name for h in hosts])
         top = p["port"] + len(plan) - 1
         if top > 65_535:
             raise ParamError("port", f"{p['port']} + {len(plan) - 1} steps reaches {top}, past 65535")
@@ -359,8 +366,48 @@ class Perftest(Benchmark):
             out.append(_metric(name, value, "", {"size": size}))
         return out
 
+    def follow_up(self, params_: dict[str, Any], metrics: list[Metric]) -> dict[str, Any] | None:
+        """two_pass: after pass 1, the parameters of pass 2 (each suspect with a known-good partner), or None."""
+        p = params(params_)
+        return LOCALISER.follow_up(params_, p.values, pair_flows(metrics), higher_is_better=not p.latency)
+
+    def pair_flows(self, metrics: list[Metric]) -> localise.Flows:
+        return pair_flows(metrics)
+
+    def pair_metric(self, params_: dict[str, Any]) -> PairMetric | None:
+        p = params(params_)
+        if p.latency:
+            return PairMetric("latency_typical_s", "s", False, f"{p['test']} typical (median) latency at the smallest "
+                              "message size", rows="client", columns="server")  # fmt: skip
+        return PairMetric("bw_avg_bps", "bit/s", True, f"{p['test']} average bandwidth at the largest message size",
+                          rows="client", columns="server")  # fmt: skip
+
+    def second_pass_of(self, params_: dict[str, Any]) -> localise.SecondPass | None:
+        p = params(params_)
+        return LOCALISER.second_pass(p.values, higher_is_better=not p.latency)
+
     def missing(self, metrics: list[Metric], hosts: list[str]) -> list[str]:
         """Servers report nothing, and a client without a result raises in parse: some client must have reported."""
         if any(m.host and m.name in ("bw_avg_bps", "latency_avg_s", "latency_typical_s") for m in metrics):
             return []
         return ["no perftest result (bandwidth or latency) in any client's output"]
+
+
+PAIR_METRICS = ("bw_avg_bps", "latency_typical_s")  # what a pair is judged by: bandwidth tests, latency tests
+
+
+def pair_flows(metrics: list[Metric]) -> localise.Flows:
+    """{(client, server): value} of every client step in a run's per-host metrics: the average bandwidth at the
+    largest message size (link-bound), or the typical latency at the smallest; a client's repeated steps with one
+    server (a ring of two) give their worse result."""
+    found: dict[tuple[str, str], tuple[int, float]] = {}
+    for m in metrics:
+        if m.name not in PAIR_METRICS or not m.host or "peer" not in m.labels or "size" not in m.labels:
+            continue
+        key, size, latency = (m.host, str(m.labels["peer"])), int(m.labels["size"]), m.name != "bw_avg_bps"
+        seen = found.get(key)
+        if seen is None or ((size < seen[0]) if latency else (size > seen[0])):
+            found[key] = (size, m.value)
+        elif size == seen[0]:
+            found[key] = (size, max(seen[1], m.value) if latency else min(seen[1], m.value))
+    return {key: value for key, (_, value) in found.items()}

@@ -39,22 +39,22 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from common import parameters
 from plugins import localise
+from plugins.benchmarks import nccl
 from plugins.benchmarks.base import (
     Benchmark,
     HostCommand,
     HostContext,
     Metric,
     MetricSpec,
+    PairMetric,
     ParamError,
     ParseError,
-    header_sections,
     register,
 )
 from plugins.benchmarks.nccl import METRICS as NCCL_METRICS
@@ -84,20 +84,14 @@ _INTEGERS = {
 }
 TOPOLOGIES = ("all", "pairs", "all_pairs", "ring", "two_pass")
 PLAN = "torch_pairs.json"
-PAIR_METRIC = "busbw_max_gbps"  # what a pair is judged by in two_pass
-PAIR_PREFIX = "#rackbench-pair "  # plugins/tools/torch_dist.PAIR_HEADER (that module needs torch)
-_PAIR_HEADER = re.compile(r"^" + re.escape(PAIR_PREFIX), re.MULTILINE)
-_PAIRS_FOOTER = re.compile(r"^#rackbench-pairs (.*)$", re.MULTILINE)
+PAIR_METRIC = nccl.PAIR_METRIC  # what a pair is judged by in two_pass: busbw_max_gbps
+PAIR_PREFIX = nccl.PAIR_PREFIX  # plugins/tools/torch_dist.PAIR_HEADER (that module needs torch)
+LOCALISER = localise.Localiser("reference_gbps", 1e9)
 # Pairwise topologies, validated through common/parameters (check, default).
 PAIR_PARAMS: dict[str, tuple[parameters.Check, Any]] = {
     "topology": (parameters.choice(*TOPOLOGIES), "all"),
-    "seed": (parameters.integer(0, 2**31), 0),
-    "threshold": (parameters.number(0.01, 1), 0.7),
-    "localise_pass": (parameters.integer(1, 2), 1),
-    "partners": (localise.partners, ()),
-    "reference_gbps": (parameters.number(0, 1e9), None),
+    **LOCALISER.params(),
 }
-LOCALISING = ("seed", "threshold", "localise_pass", "partners", "reference_gbps")  # two_pass only
 KNOWN = frozenset({"op", "backend", "min_bytes", "max_bytes", "python", *_INTEGERS, *MPI_PARAMS, *PAIR_PARAMS})
 
 
@@ -159,47 +153,17 @@ def pair_params(params: dict[str, Any]) -> dict[str, Any]:
         raise ParamError("topology", "pairwise topologies run collectives (all_reduce, all_gather), not ddp")
     if merged["topology"] != "all" and params.get("mpi_slots", 1) not in (1, "1"):
         raise ParamError("mpi_slots", f"{merged['topology']} runs one rank per node: leave mpi_slots at 1")
-    localising = sorted(set(given) & set(LOCALISING))
-    if localising and merged["topology"] != "two_pass":
-        raise ParamError(localising[0], "applies to topology two_pass only")
-    second_only = sorted(set(given) & {"partners", "reference_gbps"})
-    if second_only and merged["localise_pass"] == 1:
-        raise ParamError(second_only[0], "is set by the campaign on the run of pass 2 (localise_pass: 2)")
-    if merged["localise_pass"] == 2 and (not merged["partners"] or merged["reference_gbps"] is None):
-        raise ParamError("partners", "pass 2 needs its partners and pass 1's reference_gbps")
+    LOCALISER.check(given, merged)
     return merged
 
 
 def pair_plan(params: dict[str, Any], names: list[str]) -> list[list[tuple[int, int]]]:
     """The rounds of pairs (host indexes) a pairwise topology runs on these hosts."""
-    p, count = pair_params(params), len(names)
-    topology = p["topology"]
-    if count < 2:
-        raise ParamError("topology", f"{topology} needs at least 2 hosts, the run has {count}")
-    if topology == "pairs":
-        if count % 2:
-            raise ParamError("topology", f"pairs needs an even number of hosts, the run has {count}")
-        return [[(i, i + 1) for i in range(0, count, 2)]]
-    if topology == "all_pairs":
-        return localise.pair_rounds(count)
-    if topology == "ring":
-        return localise.ring_rounds(count)
-    if p["localise_pass"] == 1:
-        return localise.random_pair_rounds(count, p["seed"])
-    index = {name: i for i, name in enumerate(names)}
-    unknown = sorted({name for pair in p["partners"] for name in pair} - set(index))
-    if unknown:
-        raise ParamError("partners", f"names no host of this run: {', '.join(unknown)}")
-    return localise.rounds_of([(index[a], index[b]) for a, b in p["partners"]])
+    p = pair_params(params)
+    return LOCALISER.rounds(p["topology"], names, p)
 
 
-def pair_flows(metrics: list[Metric]) -> localise.Flows:
-    """{(node, peer): busbw_max_gbps} of every pair in a run's per-host metrics."""
-    return {
-        (m.host, str(m.labels["peer"])): m.value
-        for m in metrics
-        if m.name == PAIR_METRIC and m.host and "peer" in m.labels
-    }
+pair_flows = nccl.pair_flows  # {(node, peer): busbw_max_gbps}: the pairs' format is nccl-tests' pairwise one
 
 
 def _python(params: dict[str, Any]) -> str:
@@ -251,8 +215,8 @@ class TorchDist(Benchmark):
             if per_device:
                 metrics.append(Metric("images_per_sec_per_device", float(per_device[1]), "img/s"))
             return metrics
-        if _PAIR_HEADER.search(text):
-            return _pair_metrics(text)
+        if PAIR_PREFIX in text:
+            return nccl.pair_metrics(text, "torch_dist")
         try:
             return NcclTests().parse(text, host=host)
         except ParseError as exc:
@@ -261,45 +225,22 @@ class TorchDist(Benchmark):
     def aggregate(self, per_host: list[Metric]) -> list[Metric]:
         """Pairwise runs: the median pair's busbw_avg_gbps/busbw_max_gbps, the wrong elements of every pair, and
         the ranks of one test (2); each pair counted once (its metrics are on both of its nodes)."""
-        per_pair: dict[tuple[str, str, Any], dict[str, float]] = {}
-        for m in per_host:
-            if m.host and "peer" in m.labels and not set(m.labels) - {"peer", "round"} and m.host < m.labels["peer"]:
-                per_pair.setdefault((m.host, str(m.labels["peer"]), m.labels.get("round")), {})[m.name] = m.value
-        if not per_pair:
-            return []
-        out = [
-            Metric(name, statistics.median(found), "GB/s")
-            for name in ("busbw_avg_gbps", "busbw_max_gbps")
-            if (found := [pair[name] for pair in per_pair.values() if name in pair])
-        ]
-        out.append(Metric("wrong", sum(pair.get("wrong", 0) for pair in per_pair.values()), self._unit("wrong")))
-        return [*out, Metric("ranks", 2, self._unit("ranks"))]
-
-    def _unit(self, name: str) -> str:
-        spec = self.spec(name)
-        return spec.unit if spec else ""
+        return nccl.pair_aggregate(per_host)
 
     def follow_up(self, params: dict[str, Any], metrics: list[Metric]) -> dict[str, Any] | None:
         """two_pass: after pass 1, the parameters of pass 2 (each suspect with a known-good partner), or None."""
-        p = pair_params(params)
-        if p["topology"] != "two_pass" or p["localise_pass"] != 1:
-            return None
-        second = localise.plan_second_pass(pair_flows(metrics), threshold=p["threshold"])
-        if second is None:
-            return None
-        partners = ",".join(f"{suspect}:{partner}" for suspect, partner in second.partners)
-        return {**params, "localise_pass": 2, "partners": partners, "reference_gbps": second.reference}
+        return LOCALISER.follow_up(params, pair_params(params), pair_flows(metrics))
 
     def pair_flows(self, metrics: list[Metric]) -> localise.Flows:
         return pair_flows(metrics)
 
-    def second_pass_of(self, params: dict[str, Any]) -> localise.SecondPass | None:
-        p = pair_params(params)
-        if p["topology"] != "two_pass" or p["localise_pass"] != 2 or p["reference_gbps"] is None:
+    def pair_metric(self, params: dict[str, Any]) -> PairMetric | None:
+        if pair_params(params)["topology"] == "all":
             return None
-        suspects = [suspect for suspect, _ in p["partners"]]
-        good = sorted({partner for _, partner in p["partners"]})
-        return localise.SecondPass(suspects, good, list(p["partners"]), p["reference_gbps"])
+        return nccl.pair_metric(str(params.get("op", OPS[0])))
+
+    def second_pass_of(self, params: dict[str, Any]) -> localise.SecondPass | None:
+        return LOCALISER.second_pass(pair_params(params))
 
     def missing(self, metrics: list[Metric], hosts: list[str]) -> list[str]:
         names = {m.name for m in metrics if m.host == "" and not m.labels}
@@ -310,36 +251,3 @@ class TorchDist(Benchmark):
     def check(self, params: dict[str, Any], metrics: list[Metric], logs: dict[str, str]) -> list[str]:
         wrong = sum(m.value for m in metrics if m.name == "wrong" and m.host == "" and not m.labels)
         return [f"torch_dist found {wrong:g} wrong elements in the collectives' results"] if wrong else []
-
-
-def _pair_metrics(text: str) -> list[Metric]:
-    """Each pair's table (after its ``#rackbench-pair`` line) read by the nccl-tests parser, its metrics on both of
-    its nodes labelled with the other one and the round; ParseError when a pair's table, or the end, is missing."""
-    text = text.replace("\r\n", "\n")
-    footer = _PAIRS_FOOTER.search(text)
-    if footer is None:
-        pairs = len(_PAIR_HEADER.findall(text))
-        raise ParseError(f"torch_dist ended before every pair had run ({pairs} pair table(s) printed)")
-    metrics: list[Metric] = []
-    sections = header_sections(text, PAIR_PREFIX, end=footer.start())
-    for header, table in sections:
-        try:
-            number, (a, b) = int(header["round"]), [str(n) for n in header["nodes"]]
-        except (ValueError, KeyError, TypeError):
-            raise ParseError(f"unreadable rackbench-pair line: {json.dumps(header)[:200]!r}") from None
-        try:
-            found = NcclTests().parse(table)
-        except ParseError as exc:
-            raise ParseError(f"pair {a}-{b}: {exc}") from None
-        for node, peer in ((a, b), (b, a)):
-            metrics += [
-                Metric(m.name, m.value, m.unit, host=node, labels={**m.labels, "peer": peer, "round": number})
-                for m in found
-            ]
-    try:
-        expected = int(json.loads(footer.group(1))["pairs"])
-    except (ValueError, KeyError, TypeError):
-        raise ParseError(f"unreadable rackbench-pairs line: {footer.group(0)[:200]!r}") from None
-    if expected != len(sections):
-        raise ParseError(f"torch_dist ran {expected} pairs but printed {len(sections)} pair tables")
-    return metrics
