@@ -231,6 +231,8 @@ class SuiteRunLaunchSerializer(serializers.Serializer):
         child=serializers.DictField(), required=False, default=dict,
         help_text="a step's parameters overridden, e.g. {network: {duration: 2}}",
     )  # fmt: skip
+    repetitions = serializers.IntegerField(required=False, min_value=1, max_value=100,
+                                           help_text="every step's repetitions (default: each step's own)")  # fmt: skip
     drift = serializers.ChoiceField(
         choices=["", "off", "warn", "refuse"], required=False, default="",
         help_text="the drift gate of every step (default: the suite's, warn)",

@@ -339,9 +339,7 @@ class SuiteAction(models.Model):
 
     class Meta:
         ordering = ["created_at", "id"]
-        constraints = [
-            models.UniqueConstraint(fields=["campaign", "node", "action"], name="suite_action_once_per_run")
-        ]
+        constraints = [models.UniqueConstraint(fields=["campaign", "node", "action"], name="suite_action_once_per_run")]
 
     def __str__(self) -> str:
         return f"{self.node} {self.action}: {self.reason}"

@@ -155,6 +155,7 @@ def suite_launch(
     steps: list[str] | None = None,
     env: dict[str, str] | None = None,
     params: dict[str, dict[str, Any]] | None = None,
+    repetitions: int | None = None,
     drift: str = "",
     maintenance: bool = False,
     slurm_login_node: str = "",
@@ -166,7 +167,8 @@ def suite_launch(
     """Create and launch one campaign per step of the suite on ``nodes`` (all of them or none), in step order; the
     campaigns queue for the nodes one after the other. ``steps`` picks some of the suite's steps (default: all);
     ``env`` is added to every step's environment (the site's ``NCCL_SOCKET_IFNAME``, ``PYTHONPATH``, ...);
-    ``params`` overrides a step's fixed parameters (``{"network": {"duration": 2}}``: a shorter run); ``drift``
+    ``params`` overrides a step's fixed parameters (``{"network": {"duration": 2}}``: a shorter run) and
+    ``repetitions`` every step's repetitions; ``drift``
     (off, warn or refuse) replaces the suite's drift gate in every step.
 
     ``maintenance`` and ``slurm_login_node``: the actions to take when the run ends (analysis.health), judged at
@@ -188,6 +190,8 @@ def suite_launch(
             data = _step_definition(step, overrides.get(step.name), gate if drift else None)
             data.update(name=f"{run_name}-{step.name}", nodes=list(nodes),
                         family=f"{FAMILY_PREFIX}{suite.slug}-{step.name}")  # fmt: skip
+            if repetitions is not None:
+                data["repetitions"] = repetitions
             if "drift" not in data:
                 data["drift"] = fact_drift.config_as_definition(gate) if gate else "off"
             if env:
