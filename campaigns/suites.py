@@ -168,8 +168,8 @@ def suite_launch(
     campaigns queue for the nodes one after the other. ``steps`` picks some of the suite's steps (default: all);
     ``env`` is added to every step's environment (the site's ``NCCL_SOCKET_IFNAME``, ``PYTHONPATH``, ...);
     ``params`` overrides a step's fixed parameters (``{"network": {"duration": 2}}``: a shorter run) and
-    ``repetitions`` every step's repetitions; ``drift``
-    (off, warn or refuse) replaces the suite's drift gate in every step.
+    ``repetitions`` every step's repetitions; ``drift`` (off, warn or refuse) replaces the suite's drift gate in
+    every step.
 
     ``maintenance`` and ``slurm_login_node``: the actions to take when the run ends (analysis.health), judged at
     ``threshold`` and ``suspect_threshold`` (default: the fleet view's); only by an owner who may change every node
@@ -258,6 +258,8 @@ def _actions(
     change every node (inventory.selectors.inventory_can_change); a launch without an owner is the console's."""
     if not maintenance and not slurm_login_node:
         return {}
+    if slurm_login_node and not Node.objects.filter(name=slurm_login_node).exists():
+        raise NotFound(f"no node named {slurm_login_node[:80]!r} to run scontrol on", field="slurm_login_node")
     if owner is not None:
         found = Node.objects.filter(name__in=nodes)
         refused = sorted(n.name for n in found if not inventory_can_change(user=owner, obj=n))

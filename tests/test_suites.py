@@ -630,6 +630,11 @@ def test_only_someone_who_may_change_the_nodes_asks_for_actions(owner: Any, team
     actions = Campaign.objects.get(name="a2-check").suite_actions
     assert actions == {"maintenance": True, "slurm_login_node": "", "threshold": 6.0, "user": owner.pk}
 
+    nowhere = api.post(
+        "/api/v1/suites/quick/run/", {**asked, "name": "a3", "slurm_login_node": "login9"}, format="json"
+    )
+    assert nowhere.status_code == 404 and nowhere.json()["extra"]["field"] == "slurm_login_node"
+
     client.force_login(owner)
     page = client.post("/analysis/suites/", {"suite": "quick", "nodes": "n1 n4", "steps": "check", "maintenance": "on"})
     assert page.status_code == 400 and "you may not change nodes n4" in page.content.decode()
