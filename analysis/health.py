@@ -18,7 +18,10 @@ median of 0 on a healthy lab, against which any non-zero value would be an outli
 Actions, off unless asked for, once every step has ended: a failed node is set to maintenance in the inventory with
 its reasons (in its status history), and on Slurm drained with them (``scontrol update ... State=DRAIN``); a node a
 suite had put in maintenance returns to active (and is resumed on Slurm) only when a later run of a suite on it
-finds it healthy.
+finds it healthy. Asked for at launch (campaigns.suites.suite_launch), they are taken by ``suite_run_ended`` as the
+last step ends (a task); asked for later, by ``suite_run_act``. Each action is recorded once per suite run
+(campaigns.models.SuiteAction, unique per run, node and action), in the transaction that makes the change: a task
+that arrives twice, or a hand-made act after the automatic one, neither drains twice nor records two status changes.
 """
 
 from __future__ import annotations
@@ -26,12 +29,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
 from accounts.models import Team
 from analysis import fleet
 from analysis.selectors import campaign_fleet_samples
 from campaigns import suites
 from campaigns.errors import CampaignError
-from campaigns.models import CAMPAIGN_TERMINAL, Campaign, CampaignStatus, Run, RunHost, RunStatus
+from campaigns.models import CAMPAIGN_TERMINAL, Campaign, CampaignStatus, Run, RunHost, RunStatus, SuiteAction
 from common.errors import NotFound
 from inventory.models import Node, NodeStatus
 from inventory.services import node_set_status
@@ -80,6 +86,7 @@ class StepState:
     campaign: int
     campaign_name: str
     status: str
+    drift: list[str] = field(default_factory=list)  # what the drift gate warned about at the step's launch
 
 
 @dataclass
@@ -90,10 +97,17 @@ class SuiteOutcome:
     nodes: list[NodeOutcome]
     threshold: float
     suspect_threshold: float
+    actions: list[dict[str, Any]] = field(default_factory=list)  # taken so far (SuiteAction rows)
+    actions_asked: dict[str, Any] = field(default_factory=dict)  # at launch, taken when the run ends
 
     @property
     def finished(self) -> bool:
         return all(s.status in CAMPAIGN_TERMINAL for s in self.steps)
+
+    @property
+    def drift(self) -> list[str]:
+        """Every drift warning of the run's steps, once (the steps compare the same nodes)."""
+        return list(dict.fromkeys(m for step in self.steps for m in step.drift))
 
     def counts(self) -> dict[str, int]:
         counts = {HEALTHY: 0, SUSPECT: 0, FAILED: 0}
@@ -109,8 +123,11 @@ class SuiteOutcome:
             "threshold": self.threshold,
             "suspect_threshold": self.suspect_threshold,
             "counts": self.counts(),
+            "drift": self.drift,
             "steps": [asdict(s) for s in self.steps],
             "nodes": [self._node_payload(n) for n in self.nodes],
+            "actions_asked": {k: v for k, v in self.actions_asked.items() if k != "user"},
+            "actions": self.actions,
         }
 
     @staticmethod
@@ -139,11 +156,19 @@ def suite_run_outcome(
     steps = []
     for campaign in campaigns:
         step = suites.step_of(campaign)[1]
-        steps.append(StepState(step, campaign.pk, campaign.name, campaign.status))
+        warned = list((campaign.drift_report or {}).get("messages") or [])
+        steps.append(StepState(step, campaign.pk, campaign.name, campaign.status, warned))
         _judge_runs(campaign, step, nodes)
         _judge_fleet(campaign, step, _judged_metrics(slug, step), nodes, threshold, suspect_at)
     ordered = sorted(nodes.values(), key=lambda n: n.node)
-    return SuiteOutcome(name, slug, steps, ordered, threshold, suspect_at)
+    taken = [_action_payload(a) for a in SuiteAction.objects.filter(campaign=campaigns[0])]
+    asked = dict(campaigns[0].suite_actions or {})
+    return SuiteOutcome(name, slug, steps, ordered, threshold, suspect_at, taken, asked)
+
+
+def _action_payload(action: SuiteAction) -> dict[str, Any]:
+    return {"node": action.node, "action": action.action, "reason": action.reason, "error": action.error,
+            "automatic": action.automatic, "at": action.created_at.isoformat()}  # fmt: skip
 
 
 def _judged_metrics(slug: str, step: str) -> tuple[str, ...]:
@@ -267,51 +292,82 @@ def suite_run_act(
     maintenance: bool = False,
     slurm_login_node: str = "",
     user: Any = None,
+    automatic: bool = False,
 ) -> list[Action]:
     """Act on a finished suite run: failed nodes to maintenance (``maintenance``) and drained on Slurm through the
     login node (``slurm_login_node``); healthy nodes a suite had put in maintenance back to active (and resumed on
-    Slurm). Nothing is done unless asked for; a run still under way is a conflict."""
+    Slurm). Nothing is done unless asked for; a run still under way is a conflict. Each action is taken once per run
+    (recorded in SuiteAction); the list holds the ones taken by this call."""
     if not outcome.finished:
         raise CampaignError(f"suite run {outcome.name} has not ended yet", field="name", conflict=True)
-    source = f"{SOURCE_PREFIX}{outcome.name}"
+    act = _Acting(outcome, user=user, automatic=automatic)
     login = _login_target(slurm_login_node) if slurm_login_node else None
     by_name = {n.name: n for n in Node.objects.filter(name__in=[o.node for o in outcome.nodes])}
-    done: list[Action] = []
     for result in outcome.nodes:
         node = by_name.get(result.node)
         if node is None:
             continue
         if result.verdict == FAILED:
-            reason = f"rackbench {source}: {', '.join(result.reasons)}"
-            if maintenance and node_set_status(
-                node=node, status=NodeStatus.MAINTENANCE, reason=reason, source=source, user=user,
-                only_from=NodeStatus.ACTIVE,
-            ):  # fmt: skip
-                done.append(Action(node.name, "maintenance", reason))
+            reason = f"rackbench {act.source}: {', '.join(result.reasons)}"
+            if maintenance:
+                act.set_status(node, NodeStatus.MAINTENANCE, reason, "maintenance", only_from=NodeStatus.ACTIVE)
             if login is not None:
-                slurm.node_drain(login, node.name, reason)
-                done.append(Action(node.name, "drain", reason))
+                act.remote(node, "drain", reason, lambda n=node.name, r=reason: slurm.node_drain(login, n, r))
         elif result.verdict == HEALTHY:
-            done += _return(node, source=source, maintenance=maintenance, login=login, user=user)
-    return done
+            reason = f"clean {act.source}"
+            if maintenance and _held_by_a_suite(node):
+                act.set_status(node, NodeStatus.ACTIVE, reason, "returned", only_from=NodeStatus.MAINTENANCE)
+            if login is not None and _drained_by_a_suite(login, node.name):
+                act.remote(node, "resumed", reason, lambda n=node.name: slurm.node_resume(login, n))
+    return act.done
 
 
-def _return(node: Node, *, source: str, maintenance: bool, login: remote.Target | None, user: Any) -> list[Action]:
-    """A healthy node that a suite's action had taken out comes back: to active in the inventory, resumed on Slurm
-    (only a drain whose reason a suite wrote)."""
-    done = []
-    reason = f"clean {source}"
-    back = maintenance and _held_by_a_suite(node)
-    if back and node_set_status(
-        node=node, status=NodeStatus.ACTIVE, reason=reason, source=source, user=user, only_from=NodeStatus.MAINTENANCE
-    ):
-        done.append(Action(node.name, "returned", reason))
-    if login is not None:
-        state, why = slurm.node_state(login, node.name)
-        if "drain" in state and why.startswith(f"rackbench {SOURCE_PREFIX}"):
-            slurm.node_resume(login, node.name)
-            done.append(Action(node.name, "resumed", reason))
-    return done
+class _Acting:
+    """The actions of one call on one suite run, each recorded once (campaigns.suites.suite_action_record)."""
+
+    def __init__(self, outcome: SuiteOutcome, *, user: Any, automatic: bool) -> None:
+        self.source = f"{SOURCE_PREFIX}{outcome.name}"
+        self.campaign = outcome.steps[0].campaign
+        self.user, self.automatic = user, automatic
+        self.done: list[Action] = []
+
+    def set_status(self, node: Node, status: str, reason: str, action: str, *, only_from: str) -> None:
+        """The status change and its record in one transaction: a second call finds the record and changes
+        nothing, even where the node was put back by hand meanwhile."""
+        with transaction.atomic():
+            changed = node_set_status(
+                node=node, status=status, reason=reason, source=self.source, user=self.user, only_from=only_from
+            )
+            if not changed:
+                return
+            if self._record(node, action, reason) is None:
+                transaction.set_rollback(True)
+                node.status = only_from
+                return
+        self.done.append(Action(node.name, action, reason))
+
+    def remote(self, node: Node, action: str, reason: str, call: Any) -> None:
+        """An action on another system (Slurm): recorded first, so that it is tried once; a failure is kept on the
+        record and raised."""
+        record = self._record(node, action, reason)
+        if record is None:
+            return
+        try:
+            call()
+        except Exception as exc:
+            suites.suite_action_failed(action=record, error=str(exc))
+            raise
+        self.done.append(Action(node.name, action, reason))
+
+    def _record(self, node: Node, action: str, reason: str) -> SuiteAction | None:
+        return suites.suite_action_record(
+            campaign_id=self.campaign, node=node.name, action=action, reason=reason, automatic=self.automatic
+        )
+
+
+def _drained_by_a_suite(login: remote.Target, name: str) -> bool:
+    state, why = slurm.node_state(login, name)
+    return "drain" in state and why.startswith(f"rackbench {SOURCE_PREFIX}")
 
 
 def _held_by_a_suite(node: Node) -> bool:
@@ -327,3 +383,25 @@ def _login_target(name: str) -> remote.Target:
     if node is None:
         raise NotFound(f"no node named {name[:80]!r} to run scontrol on", field="slurm_login_node")
     return remote.node_target(node)
+
+
+def suite_run_ended(*, campaign_id: int) -> str:
+    """A step of a suite run ended: when it was the last, take the actions asked for at launch (as the user who
+    asked). Returns what happened: "no actions", "running" (a step has not ended), or "acted: N". Safe to call any
+    number of times (each action is recorded once)."""
+    campaign = Campaign.objects.filter(pk=campaign_id).select_related("team").first()
+    if campaign is None or not campaign.is_health_check:
+        return "no actions"
+    first = suites.suite_run_campaigns(name=campaign.suite_run_name, team=campaign.team).first()
+    asked = dict(first.suite_actions or {}) if first is not None else {}
+    if not asked.get("maintenance") and not asked.get("slurm_login_node"):
+        return "no actions"
+    threshold = asked.get("threshold", fleet.DEFAULT_THRESHOLD)
+    outcome = suite_run_outcome(name=campaign.suite_run_name, team=campaign.team, threshold=threshold,
+                                suspect_threshold=asked.get("suspect_threshold"))  # fmt: skip
+    if not outcome.finished:
+        return "running"
+    user = get_user_model().objects.filter(pk=asked["user"]).first() if asked.get("user") else None
+    done = suite_run_act(outcome=outcome, maintenance=bool(asked.get("maintenance")),
+                         slurm_login_node=asked.get("slurm_login_node", ""), user=user, automatic=True)  # fmt: skip
+    return f"acted: {len(done)}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.safestring import mark_safe
@@ -244,10 +245,10 @@ def suite_list(request: HttpRequest) -> HttpResponse:
             created = suites.suite_launch(
                 slug=request.POST.get("suite", ""), nodes=_words(request.POST.get("nodes", "")),
                 name=request.POST.get("name", "").strip(), steps=request.POST.getlist("steps"), owner=request.user,
-                team=team,
+                team=team, maintenance=request.POST.get("maintenance") == "on",
             )  # fmt: skip
             return redirect("analysis:suite-run", name=created[0].suite_run_name)
-        except ApplicationError as exc:
+        except (ApplicationError, PermissionDenied) as exc:
             errors.append(str(exc))
     context = {"errors": errors, "suites": suites.suite_list(), "teams": teams, "form": request.POST}
     return render(request, "analysis/suites.html", context, status=400 if errors else 200)
@@ -277,6 +278,8 @@ def suite_run_page(request: HttpRequest, name: str) -> HttpResponse:
     suspect = _threshold(request, errors, key="suspect_threshold", default=health.DEFAULT_SUSPECT_THRESHOLD)
     outcome = health.suite_run_outcome(name=name, team=team, threshold=threshold, suspect_threshold=suspect)
     context = {"errors": errors, "outcome": outcome, "counts": outcome.counts()}
+    if request.headers.get("HX-Request"):  # the live part alone, polled while a step runs
+        return render(request, "analysis/_suite_run_live.html", context)
     return _render(request, "analysis/suite_run.html", context, name=f"{name}-suite", tables=[])
 
 

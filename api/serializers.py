@@ -152,8 +152,9 @@ class CampaignSerializer(serializers.ModelSerializer):
             "id", "name", "description", "kind", "family", "team", "status", "matrix", "fixed", "env", "nodes",
             "node_tags", "storage", "repetitions", "warmup_runs", "flush_clients", "flush_storage", "run_timeout_s",
             "statistic", "verdict", "owner", "created_at", "launched_at", "finished_at", "run_total", "run_done",
-            "run_failed",
+            "run_failed", "drift_report",
         ]  # fmt: skip
+        read_only_fields = ["drift_report"]  # what the drift gate warned about at launch ({} when clean or off)
 
     def get_matrix(self, campaign: Campaign) -> dict[str, list[Any]]:
         return {name: values for name, values in campaign.matrix}
@@ -226,6 +227,25 @@ class SuiteRunLaunchSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=71, required=False, default="", allow_blank=True)
     steps = serializers.ListField(child=serializers.CharField(max_length=20), required=False, default=list)
     env = serializers.DictField(child=serializers.CharField(max_length=4096), required=False, default=dict)
+    params = serializers.DictField(
+        child=serializers.DictField(), required=False, default=dict,
+        help_text="a step's parameters overridden, e.g. {network: {duration: 2}}",
+    )  # fmt: skip
+    repetitions = serializers.IntegerField(required=False, min_value=1, max_value=100,
+                                           help_text="every step's repetitions (default: each step's own)")  # fmt: skip
+    drift = serializers.ChoiceField(
+        choices=["", "off", "warn", "refuse"], required=False, default="",
+        help_text="the drift gate of every step (default: the suite's, warn)",
+    )  # fmt: skip
+    maintenance = serializers.BooleanField(
+        required=False, default=False, help_text="when the run ends: failed nodes to maintenance, clean ones back"
+    )
+    slurm_login_node = serializers.CharField(
+        max_length=100, required=False, default="", allow_blank=True,
+        help_text="when the run ends: drain failed nodes in Slurm through this node, resume clean ones",
+    )  # fmt: skip
+    threshold = serializers.FloatField(required=False, min_value=0.1, max_value=1000, help_text="for the actions")
+    suspect_threshold = serializers.FloatField(required=False, min_value=0.1, max_value=1000)
     team = serializers.CharField(required=False)
 
 

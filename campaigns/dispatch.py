@@ -41,3 +41,8 @@ verdict_document: Port[Callable[[Any], dict[str, Any]]] = Port("campaigns.dispat
 # Advance a campaign in a task (campaigns connects its own Celery task at ready: the services sit below the tasks,
 # which call them).
 advance: Port[Callable[[int], None]] = Port("campaigns.dispatch.advance", provider="campaigns")
+
+
+# A health suite's step ended (analysis connects the task that takes the run's actions once its last step has ended;
+# the verdicts it needs are analysis's).
+suite_step_ended: Port[Callable[[int], None]] = Port("campaigns.dispatch.suite_step_ended", provider="analysis")

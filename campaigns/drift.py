@@ -1,11 +1,12 @@
 """The drift gate: before a campaign launches, its nodes' facts are compared (inventory/drift.py) and a difference
-refuses the launch, or is logged, as the campaign's ``drift:`` setting says.
+refuses the launch, or is let through with a warning stored on the campaign (``Campaign.drift_report``, shown on its
+page, its suite run's page and in the API), as the campaign's ``drift:`` setting says.
 
 The setting lives in ``Campaign.rules["drift"]`` beside the matrix rules (zip, exclude, ...): it is part of the
-definition, not a column of its own, so the gate needs no migration of campaigns. Off by default: rackbench has no
-health suites yet, and an existing campaign must not start refusing launches on fleets whose nodes differ on
-purpose. A launch refreshes the facts older than the setting's ``max_age`` (RACKBENCH_FACTS_MAX_AGE) first and
-waits for them; previews compare the facts as stored, with their age.
+definition, not a column of its own. Off by default for a campaign: an existing campaign must not start refusing
+launches on fleets whose nodes differ on purpose; on (warn) by default in a health suite's steps (campaigns.suites).
+A launch refreshes the facts older than the setting's ``max_age`` (RACKBENCH_FACTS_MAX_AGE) first and waits for them;
+previews compare the facts as stored, with their age.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def campaign_drift_check(*, campaign: Campaign, nodes: list[Node], refresh: bool
 
 def campaign_drift_gate(*, campaign: Campaign, nodes: list[Node]) -> DriftReport | None:
     """The check a launch makes: fresh facts compared; a refusing gate raises DriftError naming every node, field
-    and both values, a warning one logs them."""
+    and both values, a warning one stores them on the campaign (``drift_report``) and logs them."""
     report = campaign_drift_check(campaign=campaign, nodes=nodes, refresh=True)
     if report is None or report.clean:
         return report
@@ -135,4 +136,6 @@ def campaign_drift_gate(*, campaign: Campaign, nodes: list[Node]) -> DriftReport
             unreachable=report.unreachable,
         )
     log.warning("campaign %s launched despite drift: %s", campaign.name, report.summary())
+    campaign.drift_report = {**report.as_dict(), "messages": report.messages}
+    Campaign.objects.filter(pk=campaign.pk).update(drift_report=campaign.drift_report)
     return report

@@ -84,6 +84,12 @@ class Campaign(models.Model):
     waiting_since = models.DateTimeField(
         null=True, blank=True, db_index=True, help_text="in the queue for its nodes since; empty once it holds them"
     )
+    # What the drift gate found at launch when it only warns ({mode, findings, unreachable, messages, ...}; empty
+    # when it was off or clean): shown on the campaign's page, its suite run's page and in the API.
+    drift_report = models.JSONField(default=dict, blank=True)
+    # A health suite step's actions, asked for at launch and taken when the suite run ends ({maintenance,
+    # slurm_login_node, user}; empty: none). See analysis.health.
+    suite_actions = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -316,3 +322,24 @@ class Verdict(models.Model):
 
     def __str__(self) -> str:
         return f"{self.campaign}: {self.outcome}"
+
+
+class SuiteAction(models.Model):
+    """An action a health suite run took on a node (maintenance, drain, returned, resumed), recorded once: the
+    unique constraint is what keeps a task that arrives twice from draining a node twice. ``campaign`` is the run's
+    first step."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="suite_actions_taken")
+    node = models.CharField(max_length=100)
+    action = models.CharField(max_length=20)
+    reason = models.CharField(max_length=500, blank=True)
+    error = models.CharField(max_length=500, blank=True, help_text="why the action could not be taken")
+    automatic = models.BooleanField(default=False, help_text="taken as the suite run ended, not asked for after")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["campaign", "node", "action"], name="suite_action_once_per_run")]
+
+    def __str__(self) -> str:
+        return f"{self.node} {self.action}: {self.reason}"

@@ -264,12 +264,19 @@ def campaign_finish(*, campaign: Campaign) -> bool:
     if not done:
         return False
     campaign.status = status
+    _suite_step_ended(campaign)
     from campaigns.baselines import campaign_judge
 
     verdict = campaign_judge(campaign=campaign)
     if verdict is None or verdict.final:  # else: suspected regressions are being re-run, the campaign goes on
         campaign_wind_down(campaign=campaign)
     return True
+
+
+def _suite_step_ended(campaign: Campaign) -> None:
+    """A health suite's step ended: its run's actions may be due (analysis.health.suite_run_ended decides)."""
+    if campaign.is_health_check:
+        transaction.on_commit(partial(dispatch.suite_step_ended(), campaign.pk))
 
 
 def campaign_rerun(*, campaign: Campaign, points: list[int] | None = None, failed: bool = False) -> list[Run]:
@@ -354,6 +361,7 @@ def campaign_cancel(*, campaign: Campaign) -> Campaign:
         for run_id in active:
             run_finish(run_id=run_id, status=RunStatus.CANCELLED, error="cancelled by the user", kill=True)
         campaign_wind_down(campaign=campaign)
+        _suite_step_ended(campaign)
     campaign.refresh_from_db()
     return campaign
 

@@ -21,7 +21,7 @@ from campaigns.models import Campaign, CampaignStatus, Result, Run, RunHost, Run
 from campaigns.services import campaign_apply, campaign_launch
 from common.errors import FieldError, NotFound
 from inventory.models import AllowedCommand, Node, NodeStatus
-from inventory.services import node_set_status, node_upsert
+from inventory.services import node_set_status, node_store_facts, node_upsert
 from plugins.launchers import slurm
 
 _sequence = count(1)
@@ -78,10 +78,21 @@ def test_an_unknown_suite_is_not_found_and_names_the_known_ones() -> None:
 # --- launching --------------------------------------------------------------------------------------------------
 
 
+FACTS = {"kernel": "6.8.0-45-generic", "cpu_model": "AMD EPYC 9654", "cpu_cores": 96,
+         "nics": [{"name": "eth0", "mtu": 9000, "speed_mbps": 100000, "state": "up"}]}  # fmt: skip
+
+
+def known(name: str, address: str, team: Any = None, **facts: Any) -> Node:
+    """A node whose facts were just collected: the drift gate a suite's launch runs compares them as stored (facts
+    younger than RACKBENCH_FACTS_MAX_AGE are not collected again; these addresses answer nothing). The gate's
+    collection itself runs on the lab in tests/test_suites_lab.py and tests/test_drift.py."""
+    return node_store_facts(node=node_upsert(name=name, address=address, team=team), facts={**FACTS, **facts})
+
+
 @pytest.fixture
 def nodes(db: None) -> list[Node]:
     AllowedCommand.objects.create(name="health-check", program="true")
-    return [node_upsert(name=n, address=f"10.0.0.{i}") for i, n in enumerate(NODES, 1)]
+    return [known(n, f"10.0.0.{i}") for i, n in enumerate(NODES, 1)]
 
 
 def test_a_suite_run_is_one_launched_campaign_per_step(nodes: list[Node]) -> None:
@@ -379,8 +390,11 @@ def test_the_cli_lists_suites_shows_a_run_and_acts_on_it() -> None:
     out = io.StringIO()
     call_command("suite", "act", "r1", "--maintenance", stdout=out)
     assert "n3: maintenance (rackbench suite run r1: step_failed:check)" in out.getvalue()
-    with pytest.raises(CommandError, match="add --wait"):
-        call_command("suite", "run", "quick", "--nodes", "n1,n2", "--maintenance")
+    out = io.StringIO()
+    call_command("suite", "act", "r1", "--maintenance", stdout=out)
+    assert out.getvalue() == "no action taken\n"  # each action once per run
+    with pytest.raises(CommandError, match="STEP.NAME=VALUE"):
+        call_command("suite", "run", "quick", "--nodes", "n1,n2", "--param", "duration=2")
 
 
 @pytest.mark.django_db
@@ -389,7 +403,7 @@ def test_the_api_launches_a_suite_and_gives_the_verdicts_and_acts_for_the_team_o
 ) -> None:
     AllowedCommand.objects.create(name="health-check", program="true")
     for i, n in enumerate(NODES, 1):
-        node_upsert(name=n, address=f"10.0.0.{i}", team=team)
+        known(n, f"10.0.0.{i}", team)
     api = APIClient()
     api.force_authenticate(owner)
 
@@ -446,7 +460,7 @@ def test_the_suites_page_launches_a_suite_on_the_teams_nodes_and_names_what_is_w
 ) -> None:
     AllowedCommand.objects.create(name="health-check", program="true")
     for i, n in enumerate(NODES, 1):
-        node_upsert(name=n, address=f"10.0.0.{i}", team=team)
+        known(n, f"10.0.0.{i}", team)
     client.force_login(owner)
     assert "Run quick" in client.get("/analysis/suites/").content.decode()
 
@@ -478,3 +492,170 @@ def test_the_verdicts_query_count_does_not_grow_with_the_nodes() -> None:
         return len(captured)
 
     assert queries("small", [f"s{i}" for i in range(4)]) == queries("large", [f"l{i}" for i in range(24)])
+
+
+# --- the drift gate, on by default in a suite ------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_suites_drift_gate_warns_by_default_naming_node_and_field_on_the_campaign_page_and_in_the_api(
+    owner: Any, team: Any, client: Any
+) -> None:
+    AllowedCommand.objects.create(name="health-check", program="true")
+    for i, n in enumerate(NODES, 1):
+        known(n, f"10.0.0.{i}", team, **({"kernel": "6.8.0-31-generic"} if n == "n2" else {}))
+
+    created = suites.suite_launch(slug="quick", nodes=NODES, name="d1", steps=["check"], owner=owner, team=team)
+
+    campaign = created[0]
+    assert campaign.status == "running" and campaign.rules["drift"] == {"mode": "warn"}
+    warning = "n2: kernel is 6.8.0-31-generic, expected 6.8.0-45-generic (3 of 4 nodes)"
+    assert campaign.drift_report["messages"] == [warning]
+    finding = campaign.drift_report["findings"][0]
+    assert (finding["node"], finding["field"]) == ("n2", "kernel")
+    outcome = health.suite_run_outcome(name="d1", team=team)
+    assert outcome.payload()["drift"] == [warning] and outcome.steps[0].drift == [warning]
+    api = APIClient()
+    api.force_authenticate(owner)
+    assert api.get(f"/api/v1/campaigns/{campaign.pk}/").json()["drift_report"]["messages"] == [warning]
+    assert api.get("/api/v1/suite-runs/d1/").json()["drift"] == [warning]
+    client.force_login(owner)
+    assert warning in client.get(f"/campaigns/{campaign.pk}/").content.decode()
+    assert warning in client.get("/analysis/suite-runs/d1/").content.decode()
+
+
+@pytest.mark.django_db
+def test_a_suite_run_may_refuse_on_drift_or_turn_the_gate_off() -> None:
+    AllowedCommand.objects.create(name="health-check", program="true")
+    for i, n in enumerate(NODES, 1):
+        known(n, f"10.0.0.{i}", **({"nics": [{"name": "eth0", "mtu": 1500}]} if n == "n4" else {}))
+
+    with pytest.raises(CampaignError) as refused:
+        suites.suite_launch(slug="quick", nodes=NODES, name="d2", steps=["check"], drift="refuse")
+    assert refused.value.field == "drift" and "n4: nic.eth0.mtu is 1500, expected 9000" in refused.value.message
+    assert not Campaign.objects.exists()  # the whole run or nothing
+
+    created = suites.suite_launch(slug="quick", nodes=NODES, name="d3", steps=["check"], drift="off")
+    assert "drift" not in created[0].rules and created[0].drift_report == {}
+    with pytest.raises(FieldError) as bad:
+        suites.suite_launch(slug="quick", nodes=NODES, name="d4", drift="loud")
+    assert bad.value.field == "drift.mode"
+
+
+def test_a_suite_file_may_set_its_drift_gate_and_a_bad_one_names_the_field() -> None:
+    text = "suite: {title: t}\ndrift: {mode: refuse, fields: [kernel]}\nsteps: [{name: a, kind: fio}]"
+    assert suites.suite_load(text, slug="t").drift == {"mode": "refuse", "fields": ["kernel"]}
+    assert suites.suite_load("suite: {title: t}\nsteps: [{name: a, kind: fio}]", slug="t").drift == {"mode": "warn"}
+    with pytest.raises(FieldError) as raised:
+        suites.suite_load("suite: {title: t}\ndrift: {mode: maybe}\nsteps: [{name: a, kind: fio}]", slug="t")
+    assert raised.value.field == "drift.mode"
+
+
+def test_a_launch_may_shorten_a_steps_parameters_and_a_bad_one_names_the_step(nodes: list[Node]) -> None:
+    created = suites.suite_launch(
+        slug="acceptance", nodes=NODES, name="short", steps=["network", "storage"],
+        params={"network": {"duration": 2, "omit": 0}, "storage": {"rw": "read", "size": "64M", "runtime": 2}},
+    )  # fmt: skip
+    assert created[0].fixed["duration"] == 2 and created[0].fixed["parallel"] == 4
+    assert created[1].fixed["rw"] == "read" and created[1].runs.count() == 1
+    with pytest.raises(FieldError) as unknown:
+        suites.suite_launch(slug="quick", nodes=NODES, name="s2", params={"nope": {"duration": 2}})
+    assert unknown.value.field == "params" and "check, network, collective" in unknown.value.message
+    with pytest.raises(FieldError) as bad:
+        suites.suite_launch(slug="quick", nodes=NODES, name="s3", params={"network": {"duration": -1}})
+    assert bad.value.field.startswith("steps.network.")
+
+
+# --- actions taken as the run ends ------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_actions_asked_at_launch_are_taken_once_when_the_last_step_has_ended() -> None:
+    for i, n in enumerate(NODES, 1):
+        node_upsert(name=n, address=f"10.0.0.{i}")
+    stored_suite_run("r1")
+    first = Campaign.objects.get(name="r1-check")
+    assert health.suite_run_ended(campaign_id=first.pk) == "no actions"  # off by default
+
+    Campaign.objects.filter(name__startswith="r1-").update(suite_actions={"maintenance": True})
+    running = step_campaign("r1", "collective", "torch_dist", CampaignStatus.RUNNING)
+    assert health.suite_run_ended(campaign_id=first.pk) == "running"
+    assert set(Node.objects.values_list("status", flat=True)) == {"active"}
+
+    Campaign.objects.filter(pk=running.pk).update(status=CampaignStatus.SUCCEEDED)
+    assert health.suite_run_ended(campaign_id=running.pk) == "acted: 2"
+    assert health.suite_run_ended(campaign_id=first.pk) == "acted: 0"  # the same task again: nothing twice
+    node_set_status(node=Node.objects.get(name="n3"), status=NodeStatus.ACTIVE, reason="checked by hand")
+    assert health.suite_run_ended(campaign_id=first.pk) == "acted: 0"  # even where a node was put back since
+
+    assert Node.objects.get(name="n3").status == "active" and Node.objects.get(name="n4").status == "maintenance"
+    assert Node.objects.get(name="n4").status_changes.count() == 1
+    outcome = health.suite_run_outcome(name="r1", team=None).payload()
+    assert [(a["node"], a["action"], a["automatic"]) for a in outcome["actions"]] == [
+        ("n3", "maintenance", True), ("n4", "maintenance", True)
+    ]  # fmt: skip
+    assert outcome["actions_asked"] == {"maintenance": True}
+
+
+@pytest.mark.django_db
+def test_an_action_is_recorded_once_per_run_node_and_action_by_the_database() -> None:
+    for i, n in enumerate(NODES, 1):
+        node_upsert(name=n, address=f"10.0.0.{i}")
+    stored_suite_run("r1")
+    first = Campaign.objects.get(name="r1-check")
+
+    taken = suites.suite_action_record(campaign_id=first.pk, node="n3", action="drain", reason="r")
+    again = suites.suite_action_record(campaign_id=first.pk, node="n3", action="drain", reason="r")
+
+    assert taken is not None and again is None
+    assert suites.suite_action_record(campaign_id=first.pk, node="n3", action="maintenance") is not None
+
+
+@pytest.mark.django_db
+def test_only_someone_who_may_change_the_nodes_asks_for_actions(owner: Any, team: Any, client: Any) -> None:
+    AllowedCommand.objects.create(name="health-check", program="true")
+    for i, n in enumerate(NODES, 1):
+        known(n, f"10.0.0.{i}", team if n != "n4" else None)  # n4 is shared: no team member changes it
+    api = APIClient()
+    api.force_authenticate(owner)
+
+    refused = api.post("/api/v1/suites/quick/run/", {"nodes": NODES, "name": "a1", "steps": ["check"],
+                                                     "maintenance": True}, format="json")  # fmt: skip
+    assert refused.status_code == 403 and "n4" in refused.json()["message"]
+    assert not Campaign.objects.exists()
+
+    asked = {"nodes": NODES[:3], "name": "a2", "steps": ["check"], "maintenance": True, "threshold": 6}
+    launched = api.post("/api/v1/suites/quick/run/", asked, format="json")
+    assert launched.status_code == 201, launched.content
+    actions = Campaign.objects.get(name="a2-check").suite_actions
+    assert actions == {"maintenance": True, "slurm_login_node": "", "threshold": 6.0, "user": owner.pk}
+
+    nowhere = api.post(
+        "/api/v1/suites/quick/run/", {**asked, "name": "a3", "slurm_login_node": "login9"}, format="json"
+    )
+    assert nowhere.status_code == 404 and nowhere.json()["extra"]["field"] == "slurm_login_node"
+
+    client.force_login(owner)
+    page = client.post("/analysis/suites/", {"suite": "quick", "nodes": "n1 n4", "steps": "check", "maintenance": "on"})
+    assert page.status_code == 400 and "you may not change nodes n4" in page.content.decode()
+
+
+# --- the live page -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_suite_run_page_polls_while_a_step_runs_and_stops_when_all_have_ended(client: Any, admin_user: Any) -> None:
+    for i, n in enumerate(NODES, 1):
+        node_upsert(name=n, address=f"10.0.0.{i}")
+    stored_suite_run("r1")
+    running = step_campaign("r1", "collective", "torch_dist", CampaignStatus.RUNNING)
+    client.force_login(admin_user)
+
+    page = client.get("/analysis/suite-runs/r1/").content.decode()
+    assert 'hx-trigger="every 2s"' in page and 'hx-get="/analysis/suite-runs/r1/"' in page and "(still running)" in page
+    live = client.get("/analysis/suite-runs/r1/", HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="suite-run-live"' in live and "<html" not in live
+
+    Campaign.objects.filter(pk=running.pk).update(status=CampaignStatus.SUCCEEDED)
+    ended = client.get("/analysis/suite-runs/r1/", HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="suite-run-live"' in ended and "hx-trigger" not in ended and 'data-finished="true"' in ended

@@ -25,6 +25,10 @@ class Command(BaseCommand):
         p.add_argument("--name", default="", help="the run's name (default: SUITE-YYYYmmdd-HHMMSS)")
         p.add_argument("--steps", default="", help="comma-separated steps to run (default: all)")
         p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="added to every step's env")
+        p.add_argument("--param", action="append", default=[], metavar="STEP.NAME=VALUE",
+                       help="override a step's parameter, e.g. network.duration=2 (a YAML value)")  # fmt: skip
+        p.add_argument("--drift", default="", choices=["", "off", "warn", "refuse"],
+                       help="the drift gate of every step (default: the suite's, warn)")  # fmt: skip
         p.add_argument("--wait", action="store_true", help="wait until every step has ended, then print the verdicts")
         p.add_argument("--timeout", type=float, default=0, help="give up waiting after this many seconds")
         _judging(p)
@@ -50,21 +54,21 @@ class Command(BaseCommand):
             self.stdout.write(f"{suite.slug:<12} {suite.title}\n{'':<12} steps: {steps}")
 
     def do_run(self, suite: str, nodes: str, name: str, steps: str, wait: bool, timeout: float, **opts: Any) -> None:
-        acting = opts["maintenance"] or opts["slurm_login_node"]
-        if acting and not wait:
-            raise CommandError("--maintenance and --slurm-login-node act once the run has ended: add --wait")
         variables = dict(item.partition("=")[::2] for item in opts["env"])
         created = suites.suite_launch(
-            slug=suite, nodes=_csv(nodes), name=name, steps=_csv(steps) or None, env=variables
-        )
+            slug=suite, nodes=_csv(nodes), name=name, steps=_csv(steps) or None, env=variables,
+            params=_params(opts["param"]), drift=opts["drift"], maintenance=opts["maintenance"],
+            slurm_login_node=opts["slurm_login_node"], threshold=opts["threshold"],
+            suspect_threshold=opts["suspect_threshold"],
+        )  # fmt: skip
         run_name = created[0].suite_run_name
         self.stdout.write(f"launched suite run {run_name}: {', '.join(c.name for c in created)}")
+        if opts["maintenance"] or opts["slurm_login_node"]:
+            self.stdout.write("its actions are taken as its last step ends (see: suite show)")
         if not wait:
             return
         outcome = self._wait(run_name, timeout, **opts)
         self._print(outcome)
-        if acting:
-            self._act(outcome, **opts)
         if outcome.counts()[health.FAILED]:
             raise CommandError(f"suite run {run_name}: {outcome.counts()[health.FAILED]} node(s) failed")
 
@@ -98,6 +102,11 @@ class Command(BaseCommand):
     def _print(self, outcome: health.SuiteOutcome) -> None:
         steps = ", ".join(f"{s.name} {s.status}" for s in outcome.steps)
         self.stdout.write(f"suite run {outcome.name} ({outcome.suite}): {steps}")
+        for message in outcome.drift:
+            self.stdout.write(f"drift warning: {message}")
+        for action in outcome.actions:
+            error = f" — not done: {action['error']}" if action["error"] else ""
+            self.stdout.write(f"action: {action['node']} {action['action']} ({action['reason']}){error}")
         for node in outcome.nodes:
             self.stdout.write(f"{node.node:<20} {node.verdict:<8} {', '.join(node.reasons)}")
             for finding in node.findings:
@@ -120,6 +129,20 @@ def _outcome(name: str, threshold: float, suspect_threshold: float, **_: Any) ->
     checked = fleet.parse_threshold(threshold)
     suspect = fleet.parse_threshold(suspect_threshold)
     return health.suite_run_outcome(name=name, team=None, threshold=checked, suspect_threshold=suspect)
+
+
+def _params(items: list[str]) -> dict[str, dict[str, Any]]:
+    """``STEP.NAME=VALUE`` options as suite_launch's params (each value read as YAML: 2, 1M, true)."""
+    import yaml
+
+    params: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        step, dot, param = key.partition(".")
+        if not sep or not dot or not step or not param:
+            raise CommandError(f"--param {item!r}: expected STEP.NAME=VALUE, e.g. network.duration=2")
+        params.setdefault(step, {})[param] = yaml.safe_load(value)
+    return params
 
 
 def _csv(text: str) -> list[str]:
