@@ -502,6 +502,62 @@ def fleet_tables(view: fleet.FleetView) -> list[Table]:
     return [outliers, cells]
 
 
+# --- fleet per device: GPU x metric, NIC x metric ---------------------------------------------------------------
+
+
+def device_sections(views: list[fleet.DeviceView]) -> list[dict[str, Any]]:
+    """Per device kind with data: its first FLEET_ROWS devices (outliers first), drawn as the node rows are, and its
+    outliers in words."""
+    sections = []
+    for view in views:
+        bad = [o.device for o in view.outliers]
+        named = set(bad)
+        ordered = bad + [d for d in view.devices if d not in named]
+        rows = [
+            {"device": d.title, "group": d.group, "outlier": d in named,
+             "cells": [_fleet_cell(c, cell) for c, cell in zip(view.columns, view.row(d), strict=True)]}
+            for d in ordered[:FLEET_ROWS]
+        ]  # fmt: skip
+        findings = [(o.device.title, _evidence_lines(o.evidence, view.title)) for o in view.outliers]
+        sections.append({"kind": view.kind, "title": view.title, "view": view, "rows": rows, "shown": len(rows),
+                         "total": len(view.devices), "grouped": any(d.group for d in view.devices),
+                         "findings": findings})  # fmt: skip
+    return sections
+
+
+def _evidence_lines(evidence: list[tuple[fleet.Column, fleet.Cell]], kind: str) -> list[str]:
+    lines = []
+    for c, cell in evidence:
+        s = cell.score
+        lines.append(f"{c.title}: {numbers.quantity(s.value, c.unit)}, {s.ratio or 0:.0%} of the fleet's {kind}s' "
+                     f"median {numbers.quantity(s.median, c.unit)} (score {s.score:+.1f}; median of "
+                     f"{len(cell.samples)} sample{'s' if len(cell.samples) != 1 else ''})")  # fmt: skip
+    return lines
+
+
+def device_tables(views: list[fleet.DeviceView]) -> list[Table]:
+    """Every device's cells and the outlier devices with their evidence, per kind (``gpu_cells``, ``nic_cells``...)."""
+    tables = []
+    for view in views:
+        cells = Table(f"{view.kind}_cells", f"Every {view.title} at every point", ["device", "node", view.kind,
+                      "group", "point", "metric", "labels", "parameters", "unit", "value", "fleet_median", "score",
+                      "outlier", "repetitions"])  # fmt: skip
+        for (device, index), cell in sorted(view.cells.items(), key=lambda item: (item[0][1], item[0][0].title)):
+            c = view.columns[index]
+            cells.rows.append([device.title, device.node, device.name, device.group, c.point, c.name, c.labels,
+                               c.params, c.unit, cell.score.value, cell.score.median, round(cell.score.score, 3),
+                               cell.score.outlier, len(cell.samples)])  # fmt: skip
+        outliers = Table(f"{view.kind}_outliers", f"Outlier {view.title}s and their evidence", ["device", "metric",
+                         "labels", "parameters", "unit", "value", "fleet_median", "score", "samples"])  # fmt: skip
+        for outlier in view.outliers:
+            for c, cell in outlier.evidence:
+                samples = " ".join(f"{v:.6g}" for v in cell.samples)
+                outliers.rows.append([outlier.device.title, c.name, c.labels, c.params, c.unit, cell.score.value,
+                                      cell.score.median, round(cell.score.score, 3), samples])  # fmt: skip
+        tables += [outliers, cells]
+    return tables
+
+
 def link_grid(matrix: fleet.LinkMatrix) -> list[dict[str, Any]]:
     """The heatmap's rows: per sender, per receiver, the readable value and a shade from its share of the median."""
     rows = []
