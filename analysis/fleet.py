@@ -427,14 +427,25 @@ def device_view(
 ) -> DeviceView:
     """Device x metric from (column, node, device, values) samples: each cell the median of its samples, scored
     against the cells of the same column and group (``groups``: (node, device) -> group; absent: one group)."""
-    found = groups or {}
+    with gc_paused():  # 1,000 GPUs x 10 metrics make as many small objects as fleet_view's nodes
+        return _device_view(kind, samples, groups=groups or {}, threshold=threshold, min_spread=min_spread)
+
+
+def _device_view(
+    kind: str,
+    samples: Iterable[DeviceSample],
+    *,
+    groups: dict[tuple[str, str], str],
+    threshold: float,
+    min_spread: float,
+) -> DeviceView:
+    found = groups
     grouped: dict[Column, dict[Device, list[float]]] = defaultdict(dict)
     for column, node, name, values in samples:
         device = Device(node, name, found.get((node, name), ""))
         grouped[column].setdefault(device, []).extend(values)
     columns = sorted(grouped, key=lambda c: (c.point, c.name, c.labels))
-    devices = sorted({d for per in grouped.values() for d in per}, key=lambda d: (d.group, _natural(d.node),
-                                                                                     _natural(d.name)))  # fmt: skip
+    devices = sorted({d for per in grouped.values() for d in per}, key=_device_order)
     cells: dict[tuple[Device, int], Cell] = {}
     bad: dict[Device, list[tuple[Column, Cell]]] = defaultdict(list)
     for index, column in enumerate(columns):
@@ -458,6 +469,11 @@ def device_view(
     outliers = [DeviceOutlier(d, sorted(e, key=lambda pair: pair[1].score.score)) for d, e in bad.items()]
     outliers.sort(key=lambda o: o.evidence[0][1].score.score)
     return DeviceView(kind, devices, columns, cells, outliers, threshold)
+
+
+def _device_order(device: Device) -> tuple[Any, ...]:
+    """By group, then node (lab2 before lab10), then device (gpu2 before gpu10)."""
+    return (device.group, _natural(device.node), _natural(device.name))
 
 
 def _evidence(column: Column, cell: Cell) -> dict[str, Any]:
