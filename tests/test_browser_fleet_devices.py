@@ -27,6 +27,7 @@ def test_the_gpu_and_nic_sections_read_at_1280_and_1920_px(page: Any, owner: Any
             for cell in (row.locator("th"), row.locator("td").first):
                 found = cell.bounding_box()
                 assert found is not None and found["x"] + found["width"] <= width, (kind, width)
-            assert page.evaluate("document.documentElement.scrollWidth") <= width, f"the page scrolls sideways at {width}"
+            wide = page.evaluate("document.documentElement.scrollWidth")
+            assert wide <= width, f"the page scrolls sideways at {width}"
             section.scroll_into_view_if_needed()
             snap(page, f"fleet-{kind}-{width}")

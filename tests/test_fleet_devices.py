@@ -84,7 +84,8 @@ def api_for(user: Any) -> APIClient:
 def test_a_results_device_is_read_from_its_labels_and_virtual_nics_are_none_of_the_fleets() -> None:
     assert fleet.device_key("gpu.util.mean", {"gpu": 3}) == fleet.DeviceKey("gpu", "gpu3", {})
     assert fleet.device_key("net.rx_bytes.mean", {"nic": "eth1"}) == fleet.DeviceKey("nic", "eth1", {})
-    assert fleet.device_key("rdma.rx_bytes.mean", {"device": "mlx5_0", "port": 1}).name == "mlx5_0:1"  # type: ignore[union-attr]
+    hca = fleet.device_key("rdma.rx_bytes.mean", {"device": "mlx5_0", "port": 1})
+    assert hca == fleet.DeviceKey("nic", "mlx5_0:1", {})
     assert fleet.device_key("throughput_bps", {"peer": "lab2"}) is None
     assert fleet.device_key("disk.read_bytes.mean", {"device": "sda"}) is None  # a disk, not an HCA
     for name in ("lo", "veth1a2b", "docker0", "br-5f3a", "virbr0", "cali12", "flannel.1", "vxlan.calico"):
