@@ -16,6 +16,7 @@ ends is an outlier node is a bad link.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -326,3 +327,228 @@ def links_payload(matrix: LinkMatrix) -> dict[str, Any]:
             for s, r, score in matrix.bad_links
         ],
     }
+
+
+# --- per device: GPU x metric, NIC x metric ------------------------------------------------------------------
+#
+# A result labelled with a device (telemetry's gpu.* {gpu}, net.* {nic}, rdma.* {device, port}; the nvidia_smi
+# parser's {gpu}) is one device's: it is judged against every device of its kind in the fleet at the same column
+# (a GPU against all the fleet's GPUs there, not only against the other nodes' GPU of the same index), and NICs only
+# within their group (the link speed the inventory knows), so a 25G port is never held against a 100G one. Loopback
+# and virtual interfaces are no devices of the fleet and are left out.
+
+GPU, NIC = "gpu", "nic"
+DEVICE_KINDS = {GPU: "GPU", NIC: "NIC"}
+VIRTUAL_NIC = re.compile(
+    r"lo|veth.*|docker\d*|br-.*|virbr.*|cni.*|flannel.*|cali.*|vxlan.*|tun\d*|tap.*|dummy.*|kube-.*|cilium.*|weave.*"
+    r"|genev.*|tailscale.*|wg\d+|zt.*|nodelocaldns|bridge\d*"
+)
+# Of a telemetry series' summaries (telemetry.services.SUMMARY_STATS), the device view judges the mean: the p99 and
+# max of a device's rate say more about sampling than about the device, and would triple its columns.
+DEVICE_STATS_LEFT_OUT = (".p99", ".max")
+# Telemetry series (no plug-in MetricSpec): lower is better for these, and these are context only.
+LOWER_IS_BETTER_SERIES = frozenset({"gpu.temperature_c"})
+CONTEXT_SERIES = frozenset({"gpu.memory_used_bytes"})
+
+
+@dataclass(frozen=True)
+class DeviceKey:
+    """Which device of its host a result is: its kind, its name ("gpu3", "eth1", "mlx5_0:1") and the labels left
+    once the device's are taken out."""
+
+    kind: str
+    name: str
+    labels: dict[str, Any]
+
+    @property
+    def virtual(self) -> bool:
+        return self.kind == NIC and VIRTUAL_NIC.fullmatch(self.name) is not None
+
+
+def device_key(name: str, labels: dict[str, Any]) -> DeviceKey | None:
+    """The device a result (metric ``name``, ``labels``) belongs to, or None for a host's own result."""
+    if "gpu" in labels:
+        index = str(labels["gpu"])
+        rest = {k: v for k, v in labels.items() if k != "gpu"}
+        return DeviceKey(GPU, f"gpu{index}" if index.isdigit() else index, rest)
+    if "nic" in labels:
+        return DeviceKey(NIC, str(labels["nic"]), {k: v for k, v in labels.items() if k != "nic"})
+    if "device" in labels and name.startswith("rdma."):  # an HCA port (plugins/tools/sampler.py, rdma group)
+        port = labels.get("port")
+        device = f"{labels['device']}:{port}" if port not in (None, "") else str(labels["device"])
+        return DeviceKey(NIC, device, {k: v for k, v in labels.items() if k not in ("device", "port")})
+    return None
+
+
+def device_metric_shown(name: str) -> bool:
+    return not name.endswith(DEVICE_STATS_LEFT_OUT)
+
+
+def series_direction(name: str) -> tuple[bool, bool]:
+    """(higher is better, judged) of a telemetry summary such as ``gpu.temperature_c.mean``."""
+    series = name.rsplit(".", 1)[0]
+    return series not in LOWER_IS_BETTER_SERIES, series not in CONTEXT_SERIES
+
+
+@dataclass(frozen=True)
+class Device:
+    node: str
+    name: str
+    group: str = ""  # the class it is judged within ("" when its kind is one class), e.g. "100 Gbit/s"
+
+    @property
+    def title(self) -> str:
+        """How a device is named: ``node/gpu3``, ``node/eth1``."""
+        return f"{self.node}/{self.name}"
+
+
+@dataclass
+class DeviceOutlier:
+    device: Device
+    evidence: list[tuple[Column, Cell]]  # worst first
+
+
+@dataclass
+class DeviceView:
+    """Device x metric for one kind of device: every device's cell against the median of its kind and group."""
+
+    kind: str
+    devices: list[Device]
+    columns: list[Column]
+    cells: dict[tuple[Device, int], Cell]
+    outliers: list[DeviceOutlier]
+    threshold: float
+
+    @property
+    def title(self) -> str:
+        return DEVICE_KINDS.get(self.kind, self.kind)
+
+    def row(self, device: Device) -> list[Cell | None]:
+        return [self.cells.get((device, i)) for i in range(len(self.columns))]
+
+
+DeviceSample = tuple[Column, str, str, Sequence[float]]  # (column, node, device name, values)
+
+
+def device_view(
+    kind: str,
+    samples: Iterable[DeviceSample],
+    *,
+    groups: dict[tuple[str, str], str] | None = None,
+    threshold: float = DEFAULT_THRESHOLD,
+    min_spread: float = DEFAULT_MIN_SPREAD,
+) -> DeviceView:
+    """Device x metric from (column, node, device, values) samples: each cell the median of its samples, scored
+    against the cells of the same column and group (``groups``: (node, device) -> group; absent: one group)."""
+    with gc_paused():  # 1,000 GPUs x 10 metrics make as many small objects as fleet_view's nodes
+        return _device_view(kind, samples, groups=groups or {}, threshold=threshold, min_spread=min_spread)
+
+
+def _device_view(
+    kind: str,
+    samples: Iterable[DeviceSample],
+    *,
+    groups: dict[tuple[str, str], str],
+    threshold: float,
+    min_spread: float,
+) -> DeviceView:
+    found = groups
+    grouped: dict[Column, dict[Device, list[float]]] = defaultdict(dict)
+    for column, node, name, values in samples:
+        device = Device(node, name, found.get((node, name), ""))
+        grouped[column].setdefault(device, []).extend(values)
+    columns = sorted(grouped, key=lambda c: (c.point, c.name, c.labels))
+    devices = sorted({d for per in grouped.values() for d in per}, key=_device_order)
+    cells: dict[tuple[Device, int], Cell] = {}
+    bad: dict[Device, list[tuple[Column, Cell]]] = defaultdict(list)
+    for index, column in enumerate(columns):
+        by_group: dict[str, dict[str, float]] = defaultdict(dict)
+        titled: dict[str, Device] = {}
+        for device, values in grouped[column].items():
+            by_group[device.group][device.title] = _median(values)
+            titled[device.title] = device
+        for medians in by_group.values():
+            scores = robust_scores(
+                medians,
+                higher_is_better=column.higher_is_better,
+                threshold=threshold if column.judged else math.inf,
+                min_spread=min_spread,
+            )
+            for title, score in scores.items():
+                device = titled[title]
+                cell = cells[(device, index)] = Cell(score, tuple(grouped[column][device]))
+                if score.outlier:
+                    bad[device].append((column, cell))
+    outliers = [DeviceOutlier(d, sorted(e, key=lambda pair: pair[1].score.score)) for d, e in bad.items()]
+    outliers.sort(key=lambda o: o.evidence[0][1].score.score)
+    return DeviceView(kind, devices, columns, cells, outliers, threshold)
+
+
+def _device_order(device: Device) -> tuple[Any, ...]:
+    """By group, then node (lab2 before lab10), then device (gpu2 before gpu10)."""
+    return (device.group, _natural(device.node), _natural(device.name))
+
+
+def _evidence(column: Column, cell: Cell) -> dict[str, Any]:
+    return {
+        "point": column.point,
+        "metric": column.name,
+        "labels": column.labels,
+        "parameters": column.params,
+        "unit": column.unit,
+        "value": cell.score.value,
+        "fleet_median": cell.score.median,
+        "score": round(cell.score.score, 3),
+        "samples": list(cell.samples),
+    }
+
+
+def devices_payload(payload: dict[str, Any], views: Sequence[DeviceView]) -> dict[str, Any]:
+    """The per-device judgement added to a fleet_payload: every device with its verdict, and each node with an
+    outlier device ``suspect`` (unless an outlier itself), naming the device with its evidence."""
+    bad_devices: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    devices = []
+    for view in views:
+        outliers = {o.device: o for o in view.outliers}
+        for device in view.devices:
+            found = outliers.get(device)
+            entry = {
+                "kind": view.kind,
+                "device": device.title,
+                "node": device.node,
+                "name": device.name,
+                "group": device.group,
+                "verdict": "outlier" if found else "ok",
+                "evidence": [_evidence(c, cell) for c, cell in found.evidence] if found else [],
+            }
+            devices.append(entry)
+            if found:
+                bad_devices[device.node].append(entry)
+    for node in payload["nodes"]:
+        named = bad_devices.get(node["node"], [])
+        node["devices"] = [{k: d[k] for k in ("kind", "device", "name", "evidence")} for d in named]
+        if named and node["verdict"] == "ok":
+            node["verdict"] = "suspect"
+    known = {n["node"] for n in payload["nodes"]}
+    for node, named in bad_devices.items():  # a node with device results only
+        if node not in known:
+            devices_of = [{k: d[k] for k in ("kind", "device", "name", "evidence")} for d in named]
+            payload["nodes"].append({"node": node, "verdict": "suspect", "evidence": [], "devices": devices_of})
+    payload["devices"] = devices
+    payload["device_outliers"] = [o.device.title for view in views for o in view.outliers]
+    payload["suspects"] = [n["node"] for n in payload["nodes"] if n["verdict"] == "suspect"]
+    return payload
+
+
+def device_views(
+    samples: dict[str, list[DeviceSample]],
+    *,
+    groups: dict[tuple[str, str], str] | None = None,
+    threshold: float = DEFAULT_THRESHOLD,
+) -> list[DeviceView]:
+    """One DeviceView per kind of device that has results (GPUs first), none when no result is a device's."""
+    return [
+        device_view(kind, samples[kind], groups=groups if kind == NIC else None, threshold=threshold)
+        for kind in DEVICE_KINDS
+        if samples.get(kind)
+    ]

@@ -454,7 +454,7 @@ def fleet_rows(view: fleet.FleetView, *, page: int = 1) -> list[dict[str, Any]]:
     return rows
 
 
-def _fleet_cell(column: fleet.Column, cell: fleet.Cell | None) -> str:
+def _fleet_cell(column: fleet.Column, cell: fleet.Cell | None, *, network: bool = False) -> str:
     """One cell's ``<td>``: its value, ratio to the fleet's median and score. Built here rather than in the template,
     and escaped with the standard library's ``html.escape``: a page has 2,000 cells, and the template engine (or
     format_html) took a third of the page's time drawing them."""
@@ -462,7 +462,7 @@ def _fleet_cell(column: fleet.Column, cell: fleet.Cell | None) -> str:
         return mark_safe('<td class="num">—</td>')
     ratio = cell.score.ratio
     worse = " change-worse" if cell.score.outlier else ""
-    text = html.escape(numbers.quantity(cell.score.value, column.unit))
+    text = html.escape(numbers.quantity(cell.score.value, column.unit, network=network))
     raw = html.escape(f"{cell.score.value:g} {column.unit}".strip())
     share = f"{ratio:.0%}" if ratio is not None else "—"
     return mark_safe(  # every value escaped, or formatted from numbers
@@ -500,6 +500,64 @@ def fleet_tables(view: fleet.FleetView) -> list[Table]:
             outliers.rows.append([outlier.node, c.name, c.labels, c.params, cell.score.value, cell.score.median,
                                   round(cell.score.score, 3), samples])  # fmt: skip
     return [outliers, cells]
+
+
+# --- fleet per device: GPU x metric, NIC x metric ---------------------------------------------------------------
+
+
+def device_sections(views: list[fleet.DeviceView]) -> list[dict[str, Any]]:
+    """Per device kind with data: its first FLEET_ROWS devices (outliers first), drawn as the node rows are, and its
+    outliers in words."""
+    sections = []
+    for view in views:
+        bad = [o.device for o in view.outliers]
+        network = view.kind == fleet.NIC  # byte rates of a link, in bits as its speed is
+        named = set(bad)
+        ordered = bad + [d for d in view.devices if d not in named]
+        rows = []
+        for d in ordered[:FLEET_ROWS]:
+            cells = [_fleet_cell(c, cell, network=network) for c, cell in zip(view.columns, view.row(d), strict=True)]
+            rows.append({"device": d.title, "group": d.group, "outlier": d in named, "cells": cells})
+        findings = [(o.device.title, _evidence_lines(o, view.title, network=network)) for o in view.outliers]
+        sections.append({"kind": view.kind, "title": view.title, "view": view, "rows": rows, "shown": len(rows),
+                         "total": len(view.devices), "grouped": any(d.group for d in view.devices),
+                         "findings": findings})  # fmt: skip
+    return sections
+
+
+def _evidence_lines(outlier: fleet.DeviceOutlier, kind: str, *, network: bool = False) -> list[str]:
+    """The evidence in words, against the fleet's devices of its kind (and group: ``the fleet's 100 Gbit/s NICs'``)."""
+    peers = f"the fleet's {outlier.device.group + ' ' if outlier.device.group else ''}{kind}s'"
+    lines = []
+    for c, cell in outlier.evidence:
+        s = cell.score
+        value, median = (numbers.quantity(v, c.unit, network=network) for v in (s.value, s.median))
+        lines.append(f"{c.title}: {value}, {s.ratio or 0:.0%} of {peers} median {median} (score {s.score:+.1f}; "
+                     f"median of {len(cell.samples)} sample{'s' if len(cell.samples) != 1 else ''})")  # fmt: skip
+    return lines
+
+
+def device_tables(views: list[fleet.DeviceView]) -> list[Table]:
+    """Every device's cells and the outlier devices with their evidence, per kind (``gpu_cells``, ``nic_cells``...)."""
+    tables = []
+    for view in views:
+        cells = Table(f"{view.kind}_cells", f"Every {view.title} at every point", ["device", "node", view.kind,
+                      "group", "point", "metric", "labels", "parameters", "unit", "value", "fleet_median", "score",
+                      "outlier", "repetitions"])  # fmt: skip
+        for (device, index), cell in sorted(view.cells.items(), key=lambda item: (item[0][1], item[0][0].title)):
+            c = view.columns[index]
+            cells.rows.append([device.title, device.node, device.name, device.group, c.point, c.name, c.labels,
+                               c.params, c.unit, cell.score.value, cell.score.median, round(cell.score.score, 3),
+                               cell.score.outlier, len(cell.samples)])  # fmt: skip
+        outliers = Table(f"{view.kind}_outliers", f"Outlier {view.title}s and their evidence", ["device", "metric",
+                         "labels", "parameters", "unit", "value", "fleet_median", "score", "samples"])  # fmt: skip
+        for outlier in view.outliers:
+            for c, cell in outlier.evidence:
+                samples = " ".join(f"{v:.6g}" for v in cell.samples)
+                outliers.rows.append([outlier.device.title, c.name, c.labels, c.params, c.unit, cell.score.value,
+                                      cell.score.median, round(cell.score.score, 3), samples])  # fmt: skip
+        tables += [outliers, cells]
+    return tables
 
 
 def link_grid(matrix: fleet.LinkMatrix) -> list[dict[str, Any]]:

@@ -26,8 +26,9 @@ from analysis.forms import Pick, parse_size
 from campaigns import planning
 from campaigns.baselines import Median
 from campaigns.models import SUITE_FAMILY_PREFIX, Campaign, Result, Run, RunHost, RunStatus
+from common import numbers
 from common.collector import gc_paused
-from inventory.models import StorageSystem
+from inventory.models import Interface, StorageSystem
 from plugins import localise
 from plugins.benchmarks import training
 from plugins.benchmarks.base import Benchmark, Metric, PairMetric, ParamError, get_benchmark
@@ -400,11 +401,28 @@ HOST_RESULTS = SUCCEEDED & ~Q(host="")
 
 
 def campaign_fleet_samples(*, campaign: Campaign) -> list[tuple[fleet.Column, str, list[float]]]:
-    """(column, node, values) for every node's per-host results at each column of the campaign's succeeded
-    repetitions: two queries. PostgreSQL groups the rows (a node's repetitions and flows at one column, the flow
-    labels left out as ``fleet.label_text`` leaves them out), so a 1,000-node campaign's 60,000 rows arrive as
-    20,000 groups; elsewhere (SQLite) each row is its own group. Labels arrive as text and are read once per
-    distinct text (a campaign has few)."""
+    """(column, node, values) for every node's own per-host results (those of no device) at each column of the
+    campaign's succeeded repetitions; see campaign_fleet_data."""
+    return campaign_fleet_data(campaign=campaign).nodes
+
+
+@dataclass
+class FleetData:
+    """A campaign's per-host results, split: the nodes' own, and per device kind each device's (fleet.device_key),
+    with the groups its NICs are judged within."""
+
+    nodes: list[tuple[fleet.Column, str, list[float]]]
+    devices: dict[str, list[fleet.DeviceSample]] = field(default_factory=dict)
+    groups: dict[tuple[str, str], str] = field(default_factory=dict)  # (node, nic) -> its link speed
+
+
+def campaign_fleet_data(*, campaign: Campaign) -> FleetData:
+    """Every node's and device's per-host results at each column of the campaign's succeeded repetitions: two
+    queries, a third only where there are NICs. PostgreSQL groups the rows (a node's repetitions and flows at one
+    column, the flow labels left out as ``fleet.label_text`` leaves them out), so a 1,000-node campaign's 60,000 rows
+    arrive as 20,000 groups; elsewhere (SQLite) each row is its own group. Labels arrive as text and are read once
+    per distinct text (a campaign has few): a result with a device label goes to that device (loopback and virtual
+    NICs, and a telemetry series' p99 and max, to none)."""
     runs = campaign.runs.filter(status=RunStatus.SUCCEEDED, is_warmup=False).values_list("pk", "point", "params")
     params = {point: run_params for _, point, run_params in runs}
     benchmark = get_benchmark(campaign.kind)
@@ -428,28 +446,62 @@ def campaign_fleet_samples(*, campaign: Campaign) -> list[tuple[fleet.Column, st
             (*row, [value]) for *row, value in each.values_list("point", "name", "unit", "labels_text", "host", "value")
         )
     columns: dict[tuple[int, str, str, str], fleet.Column] = {}
-    texts: dict[str, str] = {}
-    samples = []
+    texts: dict[str, tuple[str, fleet.DeviceKey | None]] = {}
+    data = FleetData(nodes=[])
     with gc_paused():  # 20,000 rows of small objects (common/collector.py)
         for point, name, unit, raw, host, values in rows:
-            text = texts.get(raw)
-            if text is None:
-                text = texts[raw] = fleet.label_text(json.loads(raw))
+            found = texts.get(raw)
+            if found is None:
+                labels = json.loads(raw)
+                found = texts[raw] = (fleet.label_text(labels), fleet.device_key(name, labels) if labels else None)
+            text, device = found
+            if device is not None:
+                if device.virtual or not fleet.device_metric_shown(name):
+                    continue
+                text = fleet.label_text(device.labels)
             key = (point, name, text, unit)
             column = columns.get(key)
             if column is None:
-                spec = benchmark.spec(name)
-                column = columns[key] = fleet.Column(
-                    point=point,
-                    name=name,
-                    labels=text,
-                    params=fleet.label_text(params.get(point) or {}, leave_out=()),
-                    unit=unit,
-                    higher_is_better=spec.higher_is_better if spec else True,
-                    judged=spec.judged if spec else True,
-                )
-            samples.append((column, host, values))
-    return samples
+                column = columns[key] = _fleet_column(benchmark, point, name, text, unit, params)
+            if device is None:
+                data.nodes.append((column, host, values))
+            else:
+                data.devices.setdefault(device.kind, []).append((column, host, device.name, values))
+    if fleet.NIC in data.devices:
+        data.groups = _nic_groups({(node, nic) for _, node, nic, _ in data.devices[fleet.NIC]})
+    return data
+
+
+def _fleet_column(
+    benchmark: Benchmark, point: int, name: str, text: str, unit: str, params: dict[int, Any]
+) -> fleet.Column:
+    spec = benchmark.spec(name)
+    higher, judged = (spec.higher_is_better, spec.judged) if spec else fleet.series_direction(name)
+    return fleet.Column(
+        point=point,
+        name=name,
+        labels=text,
+        params=fleet.label_text(params.get(point) or {}, leave_out=()),
+        unit=unit,
+        higher_is_better=higher,
+        judged=judged,
+    )
+
+
+def _nic_groups(nics: set[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """(node, nic) -> the NIC's link speed as the inventory knows it ("unknown speed" where it does not): a NIC is
+    judged against NICs of its speed only. One query."""
+    speeds = {
+        (node, name): speed
+        for node, name, speed in Interface.objects.filter(
+            node__name__in={node for node, _ in nics}, name__in={nic for _, nic in nics}
+        ).values_list("node__name", "name", "speed_mbps")
+    }
+    groups = {}
+    for key in nics:
+        speed = speeds.get(key)
+        groups[key] = numbers.quantity(speed * 1e6, "bit/s") if speed else "unknown speed"
+    return groups
 
 
 @dataclass(frozen=True)

@@ -289,15 +289,17 @@ def fleet_page(request: HttpRequest, pk: int) -> HttpResponse:
     campaign = selectors.campaign_by_id(request=request, pk=pk)
     errors: list[str] = []
     threshold = _threshold(request, errors)
-    view = fleet.fleet_view(selectors.campaign_fleet_samples(campaign=campaign), threshold=threshold)
+    data = selectors.campaign_fleet_data(campaign=campaign)
+    view = fleet.fleet_view(data.nodes, threshold=threshold)
+    devices = fleet.device_views(data.devices, groups=data.groups, threshold=threshold)
     pages = max(1, -(-len(view.nodes) // reports.FLEET_ROWS))
     page = _choice(request.GET, "page", [str(p) for p in range(1, pages + 1)], ("1",), errors, "page") or "1"
     context = {"errors": errors, "campaign": campaign, "view": view, "threshold": threshold, "page": int(page),
                "pages": range(1, pages + 1), "rows": reports.fleet_rows(view, page=int(page)),
-               "findings": reports.fleet_findings(view)}  # fmt: skip
+               "findings": reports.fleet_findings(view), "devices": reports.device_sections(devices)}  # fmt: skip
     if request.GET.get("format"):  # the exports: every cell, not one page
         return _render(request, "analysis/fleet.html", context, name=f"{campaign.name}-fleet",
-                       tables=reports.fleet_tables(view))  # fmt: skip
+                       tables=reports.fleet_tables(view) + reports.device_tables(devices))  # fmt: skip
     return _render(request, "analysis/fleet.html", context, name=f"{campaign.name}-fleet", tables=[])
 
 

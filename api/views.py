@@ -375,11 +375,14 @@ class CampaignViewSet(ScopedMixin, IdempotentMixin, viewsets.ModelViewSet):
     )
     @action(detail=True, methods=["get"])
     def fleet(self, request: Request, pk: str) -> Response:
-        """Node x metric against the fleet's median at each point: a verdict per node, outliers with evidence."""
+        """Node x metric against the fleet's median at each point: a verdict per node, outliers with evidence; and
+        each GPU and NIC against the fleet's devices of its kind (a node with an outlier device is ``suspect``)."""
         campaign = self.get_object()
         threshold = fleet.parse_threshold(request.query_params.get("threshold"))
-        samples = analysis_selectors.campaign_fleet_samples(campaign=campaign)
-        return Response(fleet.fleet_payload(fleet.fleet_view(samples, threshold=threshold)))
+        data = analysis_selectors.campaign_fleet_data(campaign=campaign)
+        payload = fleet.fleet_payload(fleet.fleet_view(data.nodes, threshold=threshold))
+        devices = fleet.device_views(data.devices, groups=data.groups, threshold=threshold)
+        return Response(fleet.devices_payload(payload, devices))
 
     @extend_schema(
         parameters=[

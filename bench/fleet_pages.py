@@ -7,6 +7,7 @@ The data goes to a scratch database, ``rackbench_bench_fleet``, created, migrate
 
 Data: one matrix point, 3 repetitions; each run has 20 per-host metrics for each of 1,000 hosts (60,000 rows), one
 host 30 % below the others on one metric. The link campaign: 64 hosts, every ordered pair, 3 repetitions (12,096).
+The GPU campaign: 125 hosts of 8 GPUs, 10 per-GPU metrics (30,000 rows), one GPU at a third of the others on one.
 """
 
 from __future__ import annotations
@@ -99,12 +100,23 @@ def run_bench() -> None:
                WHERE r.campaign_id = %s AND s <> d""",
             [links.pk],
         )
+        gpus = campaign(team, "gpus-1000x10", "nvidia_smi")
+        cursor.execute(
+            """INSERT INTO campaigns_result (run_id, name, value, unit, host, labels)
+               SELECT r.id, 'gpu.metric_' || m || '.mean', 1000 * (0.97 + random() * 0.06) * (CASE WHEN h = 41 AND g = 3
+                      AND m = 2 THEN 0.33 ELSE 1 END), 'MHz', 'node' || h, jsonb_build_object('gpu', g)
+               FROM campaigns_run r, generate_series(1, 10) m, generate_series(1, 125) h, generate_series(0, 7) g
+               WHERE r.campaign_id = %s""",
+            [gpus.pk],
+        )
         cursor.execute("ANALYZE campaigns_result")
 
     for label, url in (
         ("fleet page, 1,000 nodes x 20 metrics", f"/analysis/campaigns/{wide.pk}/fleet/"),
         ("fleet CSV (every cell)", f"/analysis/campaigns/{wide.pk}/fleet/?format=csv&table=cells"),
         ("fleet API", f"/api/v1/campaigns/{wide.pk}/fleet/"),
+        ("fleet page, 125 nodes x 8 GPUs x 10", f"/analysis/campaigns/{gpus.pk}/fleet/"),
+        ("fleet API, 125 nodes x 8 GPUs x 10", f"/api/v1/campaigns/{gpus.pk}/fleet/"),
         ("link matrix page, 64 nodes", f"/analysis/campaigns/{links.pk}/links/"),
         ("link matrix API", f"/api/v1/campaigns/{links.pk}/links/"),
     ):
@@ -115,7 +127,8 @@ def run_bench() -> None:
         )
     named = client.get(f"/api/v1/campaigns/{wide.pk}/fleet/").json()["outliers"]
     linked = client.get(f"/api/v1/campaigns/{links.pk}/links/").json()["outliers"]
-    print(f"outliers named: fleet {named}, links {linked}")
+    suspects = client.get(f"/api/v1/campaigns/{gpus.pk}/fleet/").json()["device_outliers"]
+    print(f"outliers named: fleet {named}, links {linked}, GPUs {suspects}")
 
 
 def main() -> None:

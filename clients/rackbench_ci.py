@@ -243,7 +243,7 @@ class Policy:
     alpha: float | None = None
     fail_on_inconclusive: bool = False
     require_baseline: bool = False
-    fleet_threshold: float | None = None  # judge every node against the fleet too; an outlier node fails (exit 1)
+    fleet_threshold: float | None = None  # judge every node against the fleet too; an outlier or suspect fails (exit 1)
 
     def verdict_request(self) -> dict[str, Any]:
         """The body of ``POST .../verdict/``: only the options given, the server's policy fills in the rest."""
@@ -371,10 +371,10 @@ def _fleet(api: Api, t: Tracked, threshold: float) -> None:
 
 
 def _outliers(t: Tracked) -> list[dict[str, Any]]:
+    """The nodes the fleet view names: outliers, and suspects (a node with an outlier GPU or NIC)."""
     nodes = t.fleet.get("nodes") if t.fleet else None
-    return (
-        [n for n in nodes if isinstance(n, dict) and n.get("verdict") == "outlier"] if isinstance(nodes, list) else []
-    )
+    named = ("outlier", "suspect")
+    return [n for n in nodes if isinstance(n, dict) and n.get("verdict") in named] if isinstance(nodes, list) else []
 
 
 def _verdict_json(data: Any, where: str) -> dict[str, Any]:
@@ -537,21 +537,34 @@ def _campaign_line(t: Tracked) -> str:
 
 
 def _fleet_text(t: Tracked) -> str:
-    """The node-level verdict after the campaign's: each outlier node with its worst evidence."""
+    """The node-level verdict after the campaign's: each outlier node with its worst evidence, each suspect node
+    with its outlier device (``node3 suspect: gpu3 gpu.sm_clock_mhz.mean at 33% of the fleet's GPUs``)."""
     if t.fleet is None:
         return ""
-    found = []
+    found, suspects = [], []
     for node in _outliers(t):
-        evidence = node.get("evidence") if isinstance(node.get("evidence"), list) else []
-        worst = evidence[0] if evidence and isinstance(evidence[0], dict) else {}
-        value, median = worst.get("value"), worst.get("fleet_median")
-        share = f" at {value / median:.0%} of the fleet" if isinstance(value, (int, float)) and median else ""
-        found.append(f"{node.get('node')} ({worst.get('metric', '?')}{share})")
-    return (
-        f"; nodes: {len(found)} outlier{'s' if len(found) != 1 else ''}: {', '.join(found)}"
-        if found
-        else ("; nodes: none below the fleet")
-    )
+        if node.get("verdict") == "outlier":
+            found.append(f"{node.get('node')} ({_worst(node.get('evidence'), 'the fleet')})")
+            continue
+        devices = node.get("devices")
+        named = []
+        for d in (d for d in (devices if isinstance(devices, list) else []) if isinstance(d, dict)):
+            peers = "the fleet's " + str(d.get("kind", "device")).upper() + "s"
+            named.append(f"{d.get('name', '?')} {_worst(d.get('evidence'), peers)}")
+        suspects.append(f"{node.get('node')} suspect: {'; '.join(named) or 'an outlier device'}")
+    parts = []
+    if found:
+        parts.append(f"{len(found)} outlier{'s' if len(found) != 1 else ''}: {', '.join(found)}")
+    parts += suspects
+    return f"; nodes: {', '.join(parts)}" if parts else "; nodes: none below the fleet"
+
+
+def _worst(evidence: Any, fleet: str) -> str:
+    """The worst evidence in words: its metric and its share of the fleet's median."""
+    worst = evidence[0] if isinstance(evidence, list) and evidence and isinstance(evidence[0], dict) else {}
+    value, median = worst.get("value"), worst.get("fleet_median")
+    share = f" at {value / median:.0%} of {fleet}" if isinstance(value, (int, float)) and median else ""
+    return f"{worst.get('metric', '?')}{share}"
 
 
 def ui_link(base_url: str, t: Tracked) -> str:
@@ -962,8 +975,8 @@ def build_parser(env: Mapping[str, str], prog: str) -> argparse.ArgumentParser:
         "--fleet-threshold",
         type=_positive,
         metavar="SCORE",
-        help="also judge every node against the campaign's fleet (robust score, e.g. 3.5): an outlier node fails "
-        "(exit 1)",
+        help="also judge every node against the campaign's fleet (robust score, e.g. 3.5): an outlier node, or a "
+        "node with an outlier GPU or NIC (suspect), fails (exit 1)",
     )
     output = run.add_argument_group("output and pacing")
     output.add_argument("--junit", metavar="PATH", help="write a JUnit XML report there")

@@ -19,8 +19,11 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
+from analysis import fleet as judged_fleet
 from clients import rackbench_ci as ci
 from clients.rackbench_ci import Policy, Tracked
+from plugins.benchmarks.base import get_benchmark
+from tests.test_fleet_devices import eight_gpus
 
 URL = "https://rackbench.example"
 
@@ -796,3 +799,29 @@ def test_a_suite_gates_on_its_verdict_per_node_and_acts_only_when_asked(
     assert ci.main([*argv, "--maintenance"]) == 1
     assert "lab3: maintenance" in capsys.readouterr().out
     assert api.sent("POST", "/api/v1/suite-runs/ci-1/act/")[0].body == {"maintenance": True, "slurm_login_node": ""}
+
+
+def test_a_node_with_an_outlier_gpu_is_suspect_named_with_its_gpu_and_fails(
+    api: FakeApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The fleet answer made as the server makes it (analysis.fleet) from the nvidia_smi parser's results of real
+    dmon output, one GPU at a third of its siblings' clock."""
+    column = judged_fleet.Column(0, "sm_clock_mhz", "", "", "MHz", True)
+    samples: list[judged_fleet.DeviceSample] = []
+    for node in ("lab1", "lab2", "lab3", "lab4"):
+        for m in get_benchmark("nvidia_smi").parse(eight_gpus(slow=5 if node == "lab3" else None), host=node):
+            if "gpu" in m.labels and m.name == column.name:
+                samples.append((column, node, f"gpu{m.labels['gpu']}", [m.value]))
+    answer = judged_fleet.devices_payload(judged_fleet.fleet_payload(judged_fleet.fleet_view([])),
+                                          [judged_fleet.device_view("gpu", samples)])  # fmt: skip
+    api.on("POST", "/api/v1/campaigns/", (201, campaign("draft")))
+    serve_campaign(api, campaign("succeeded", 12))
+    api.on("POST", "/api/v1/campaigns/7/verdict/", (201, verdict(READ_1M, RANDREAD_P99)))
+    api.on("GET", "/api/v1/campaigns/7/fleet/?threshold=3.5", (200, answer))
+
+    code = run(api, tmp_path, "--fleet-threshold", "3.5")
+
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "nodes: lab3 suspect: gpu5 sm_clock_mhz at 33% of the fleet's GPUs" in out
+    assert out.rstrip().endswith("overall: regression (exit 1)")
