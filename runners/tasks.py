@@ -179,18 +179,23 @@ def _start(task: Task, run_id: int) -> None:
 
 
 def _resume_submitted(run: Run) -> bool:
-    """Whether every main command of the run was started already (a worker died after submitting): never start a
-    run twice. A start cut off half way (some hosts started) is undone, so that all hosts start in one attempt."""
+    """Whether every main command of the run was started already, all by one start attempt (a worker died after
+    submitting): never start a run twice. A start cut off half way (some hosts started), or hosts started by
+    different attempts, are undone, so that all hosts start in one attempt."""
     hosts = execution.main_targets(run, execution.run_targets(run, started=True))
     if not hosts:
         return False
     states = remote.fan_out(hosts, lambda h: remote.job_state(h.target, h.row.remote_dir))
     ssh.raise_first(states)
     submitted = [h for h, state in zip(hosts, states, strict=True) if state.submitted]
-    if len(submitted) == len(hosts):
+    attempts = {state.attempt for state in states if not isinstance(state, BaseException) and state.submitted}
+    if len(submitted) == len(hosts) and len(attempts) == 1:
         return True
     if submitted:
-        log.warning("run %s: started on %d of %d hosts only; undoing it", run.pk, len(submitted), len(hosts))
+        log.warning(
+            "run %s: started on %d of %d hosts by %d attempts; undoing it", run.pk, len(submitted), len(hosts),
+            len(attempts),
+        )
         ssh.raise_first(remote.fan_out(submitted, lambda h: remote.job_undo(h.target, h.row.remote_dir)))
     return False
 
