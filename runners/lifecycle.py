@@ -35,9 +35,9 @@ from runners.prepare import snapshot_record
 SERVICE_READY_TIMEOUT = 30.0
 
 
-def run_submit(jobs: list[HostJob]) -> None:
+def run_submit(jobs: list[HostJob]) -> int:
     """Start the services, wait until they accept work, start the telemetry samplers, then every main command, all
-    at one instant (``submit_mains``).
+    at one instant (``submit_mains``). Returns that instant (ns since the epoch; 0 under Slurm: sbatch decides).
 
     If any host refuses, or comes late, everything already started is stopped and reset again.
     """
@@ -45,14 +45,14 @@ def run_submit(jobs: list[HostJob]) -> None:
     if primary is not None and primary.login is not None:  # Slurm: no services, one main (run_prepare checked)
         job_id = slurm_jobs.submit(primary.login, primary.context.run_dir)
         RunHost.objects.filter(pk=primary.row.pk).update(slurm_job_id=job_id)
-        return
+        return 0
     services = [j for j in jobs if j.service]
     mains = [j for j in jobs if j.main]
     try:
         ssh.raise_first(remote.fan_out(services, lambda j: remote.job_submit(j.target, j.service_dir)))
         ssh.raise_first(remote.fan_out(services, _wait_ready))
         samplers.start(jobs)
-        submit_mains(mains)
+        return submit_mains(mains)
     except Exception:  # undone, so that a retry starts every host again, in one attempt
         remote.fan_out(mains, lambda j: remote.job_undo(j.target, j.context.run_dir))
         remote.fan_out(services, lambda j: remote.job_undo(j.target, j.service_dir))
@@ -82,16 +82,17 @@ def start_margin(*, hosts: int, probe_s: float | None, previous: dict[str, Any] 
     return margin
 
 
-def submit_mains(mains: list[HostJob]) -> None:
+def submit_mains(mains: list[HostJob]) -> int:
     """Start every main command at one instant: the submit wave carries ``start_at_ns`` = now + a margin (see
     ``start_margin``), each launcher waits for it on its node's clock (the nodes' clocks are taken to agree: one
     machine in the lab, NTP/PTP on a cluster) and records when it really started. A host whose submit arrives more
     than RACKBENCH_START_TOLERANCE seconds after the instant starts nothing and LateStart is raised (the caller
     undoes the hosts that did start). Every attempt has an id of its own, kept in the hosts' ``submitted`` markers:
     a copy of this submit delivered twice starts nothing more, and no host keeps a job of an earlier attempt.
-    The attempt (id, instant, margin, how long its wave took, late hosts) is kept in provenance["start"]."""
+    The attempt (id, instant, margin, how long its wave took, late hosts) is kept in provenance["start"]. Returns the
+    instant (ns since the epoch)."""
     if not mains:
-        return
+        return 0
     run_id = mains[0].row.run_id
     record = Run.objects.filter(pk=run_id).values_list("provenance__start", flat=True).first() or {}
     earlier = list(record.get("attempts") or [])
@@ -129,6 +130,7 @@ def submit_mains(mains: list[HostJob]) -> None:
             f"submit took {numbers.quantity(wave, 's')}; tolerance {numbers.quantity(tolerance, 's')}): start attempt "
             f"{attempt} was undone on every host, none keeps it",
         )
+    return start_at_ns
 
 
 def _some(names: list[str], shown: int = 10) -> str:
