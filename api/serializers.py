@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from accounts.selectors import Scope
 from campaigns.models import Baseline, Campaign, Result, Run, RunHost, Verdict
+from campaigns.selectors import run_start_summary
 from inventory.commands import CommandError, command_normalise
 from inventory.models import Credential, Interface, Node, Site, StorageSystem
 from inventory.selectors import credential_usable
@@ -264,8 +265,31 @@ class RunHostSerializer(serializers.ModelSerializer):
         fields = ["id", "node", "host", "address", "command", "service_command", "remote_dir", "exit_code"]
 
 
+START_SCHEMA = {
+    "type": "object",
+    "nullable": True,
+    "description": "how together the hosts started (the start barrier): spread = max - min of their recorded start "
+    "instants; null for a run started without the barrier",
+    "properties": {
+        "spread_s": {"type": "number", "nullable": True},
+        "spread": {"type": "string"},
+        "statistic": {"type": "string"},
+        "hosts": {"type": "integer"},
+        "first_host": {"type": "string"},
+        "last_host": {"type": "string"},
+        "after_instant_s": {"type": "number", "nullable": True},
+        "after_instant": {"type": "string"},
+        "margin_s": {"type": "number", "nullable": True},
+        "margin": {"type": "string"},
+        "attempts": {"type": "integer"},
+        "late_attempts": {"type": "integer"},
+    },
+}
+
+
 class RunSerializer(serializers.ModelSerializer):
     hosts = RunHostSerializer(many=True, read_only=True)
+    start = serializers.SerializerMethodField()
     cache_flags = serializers.ListField(
         child=serializers.DictField(child=serializers.CharField()),
         read_only=True,
@@ -277,8 +301,12 @@ class RunSerializer(serializers.ModelSerializer):
         fields = [
             "id", "uid", "campaign", "sequence", "point", "params", "repetition", "attempt", "is_warmup", "status",
             "created_at", "queued_at", "started_at", "finished_at", "heartbeat_at", "error", "stdout_tail",
-            "stderr_tail", "provenance", "cache_flags", "hosts",
+            "stderr_tail", "provenance", "cache_flags", "start", "hosts",
         ]  # fmt: skip
+
+    @extend_schema_field(START_SCHEMA)
+    def get_start(self, run: Run) -> dict[str, Any] | None:
+        return run_start_summary(run.provenance or {})
 
 
 class ResultSerializer(serializers.ModelSerializer):

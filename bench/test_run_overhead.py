@@ -69,13 +69,15 @@ def measure(name: str, **env: str) -> dict[str, float]:
 
 
 def job_seconds(run: Run) -> float:
-    """The run's job as its hosts timed it: the first launcher's start (its pid file) to the last exit code file."""
+    """The run's job as its hosts timed it: the first host's start (the instant its launcher recorded in ``started``,
+    else its pid file's time, where launchers start at once) to the last exit code file."""
     starts, ends = [], []
     for host in run.hosts.select_related("node__credential"):
         assert host.node is not None
-        paths = [f"{host.remote_dir}/pid", f"{host.remote_dir}/exit_code"]
-        started, ended = remote.node_target(host.node).run(shlex.join(["stat", "-c", "%.9Y", *paths])).stdout.split()
-        starts.append(float(started))
+        where = shlex.quote(host.remote_dir)
+        line = f"cd {where} && {{ cat started 2>/dev/null || echo -; }} && stat -c %.9Y pid exit_code"
+        recorded, pid, ended = remote.node_target(host.node).run(line).stdout.split()
+        starts.append(int(recorded) / 1e9 if recorded.isdigit() else float(pid))
         ends.append(float(ended))
     return max(ends) - min(starts)
 

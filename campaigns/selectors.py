@@ -515,3 +515,27 @@ def clone_spec(*, campaign: Campaign) -> dict[str, Any]:
     data["name"] = unused_name(campaign.name, campaign.team)
     data.setdefault("family", campaign.family_name)
     return data
+
+
+def run_start_summary(provenance: dict[str, Any]) -> dict[str, Any] | None:
+    """How together a run's hosts started (the start barrier's record in provenance["start"]), with the times in human
+    units; None for a run started without one (before it existed, or under Slurm)."""
+    start = provenance.get("start") or {}
+    if "attempt" not in start:
+        return None
+    spread = start.get("spread_s")
+    attempts = start.get("attempts") or []
+    return {
+        "spread_s": spread,
+        "spread": numbers.quantity(spread, "s") if spread is not None else "not recorded yet (read at collect)",
+        "statistic": "max - min of the hosts' recorded start instants",
+        "hosts": start.get("recorded", 0),
+        "first_host": start.get("first_host", ""),
+        "last_host": start.get("last_host", ""),
+        "after_instant_s": start.get("after_instant_s"),
+        "after_instant": numbers.quantity(start.get("after_instant_s") or 0.0, "s"),
+        "margin_s": start.get("margin_s"),
+        "margin": numbers.quantity(start.get("margin_s") or 0.0, "s"),
+        "attempts": len(attempts),
+        "late_attempts": sum(1 for a in attempts if a.get("late")),
+    }

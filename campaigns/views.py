@@ -339,6 +339,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "layout": run.provenance.get("layout") or {},
         "reads": (run.provenance.get("cache") or {}).get("reads") or {},
         "provenance_json": json.dumps(run.provenance, indent=2, sort_keys=True),
+        "start": selectors.run_start_summary(run.provenance),
     }
     template = "campaigns/_run.html" if _is_htmx(request) else "campaigns/run_detail.html"
     return render(request, template, context)

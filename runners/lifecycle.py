@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import shlex
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
 from campaigns import services
@@ -16,6 +18,7 @@ from campaigns.plan import (
     SERVICE_DIR,
 )
 from campaigns.planning import benchmark_params
+from common import numbers
 from plugins import cache
 from plugins.benchmarks.base import (
     Benchmark,
@@ -32,28 +35,106 @@ from runners.prepare import snapshot_record
 SERVICE_READY_TIMEOUT = 30.0
 
 
-def run_submit(jobs: list[HostJob]) -> None:
-    """Start the services, wait until they accept work, start the telemetry samplers, then every main command.
+def run_submit(jobs: list[HostJob]) -> int:
+    """Start the services, wait until they accept work, start the telemetry samplers, then every main command, all
+    at one instant (``submit_mains``). Returns that instant (ns since the epoch; 0 under Slurm: sbatch decides).
 
-    If any host refuses, everything already started is stopped and reset again.
+    If any host refuses, or comes late, everything already started is stopped and reset again.
     """
     primary = jobs[0] if jobs else None
     if primary is not None and primary.login is not None:  # Slurm: no services, one main (run_prepare checked)
         job_id = slurm_jobs.submit(primary.login, primary.context.run_dir)
         RunHost.objects.filter(pk=primary.row.pk).update(slurm_job_id=job_id)
-        return
+        return 0
     services = [j for j in jobs if j.service]
     mains = [j for j in jobs if j.main]
     try:
         ssh.raise_first(remote.fan_out(services, lambda j: remote.job_submit(j.target, j.service_dir)))
         ssh.raise_first(remote.fan_out(services, _wait_ready))
         samplers.start(jobs)
-        ssh.raise_first(remote.fan_out(mains, lambda j: remote.job_submit(j.target, j.context.run_dir)))
+        return submit_mains(mains)
     except Exception:  # undone, so that a retry starts every host again, in one attempt
         remote.fan_out(mains, lambda j: remote.job_undo(j.target, j.context.run_dir))
         remote.fan_out(services, lambda j: remote.job_undo(j.target, j.service_dir))
         remote.fan_out([j for j in jobs if j.telemetry_dir], lambda j: remote.job_kill(j.target, j.telemetry_dir))
         raise
+
+
+class LateStart(ssh.TransientSSHError):
+    """The start instant passed before some hosts had their submit: the attempt is undone on every host (transient:
+    the start step is then made again as a whole, flush included, with a larger margin)."""
+
+
+FALLBACK_PER_HOST_S = 0.01  # seconds per host a submit wave is reckoned to take where none was measured
+
+
+def start_margin(*, hosts: int, probe_s: float | None, previous: dict[str, Any] | None) -> float:
+    """Seconds between issuing the submit wave and the start instant: at least RACKBENCH_START_MARGIN, and
+    RACKBENCH_START_MARGIN_FACTOR times ``probe_s``, the measured time of one command on all the run's hosts at once
+    (the cache snapshot, just before); after an attempt with late hosts, at least twice what that one needed (its
+    margin plus its worst lateness, and its whole wave)."""
+    cfg = settings.RACKBENCH
+    measured = probe_s if probe_s is not None else hosts * FALLBACK_PER_HOST_S
+    margin = max(cfg["START_MARGIN"], cfg["START_MARGIN_FACTOR"] * measured)
+    if previous and previous.get("late"):
+        needed = previous["margin_s"] + max(previous["late"].values())
+        margin = max(margin, 2 * needed, 2 * previous.get("wave_s", 0.0))
+    return margin
+
+
+def submit_mains(mains: list[HostJob]) -> int:
+    """Start every main command at one instant: the submit wave carries ``start_at_ns`` = now + a margin (see
+    ``start_margin``), each launcher waits for it on its node's clock (the nodes' clocks are taken to agree: one
+    machine in the lab, NTP/PTP on a cluster) and records when it really started. A host whose submit arrives more
+    than RACKBENCH_START_TOLERANCE seconds after the instant starts nothing and LateStart is raised (the caller
+    undoes the hosts that did start). Every attempt has an id of its own, kept in the hosts' ``submitted`` markers:
+    a copy of this submit delivered twice starts nothing more, and no host keeps a job of an earlier attempt.
+    The attempt (id, instant, margin, how long its wave took, late hosts) is kept in provenance["start"]. Returns the
+    instant (ns since the epoch)."""
+    if not mains:
+        return 0
+    run_id = mains[0].row.run_id
+    record = Run.objects.filter(pk=run_id).values_list("provenance__start", flat=True).first() or {}
+    earlier = list(record.get("attempts") or [])
+    margin = start_margin(hosts=len(mains), probe_s=record.get("probe_s"), previous=earlier[-1] if earlier else None)
+    tolerance = settings.RACKBENCH["START_TOLERANCE"]
+    attempt = uuid.uuid4().hex[:12]
+    began = time.monotonic()
+    start_at_ns = time.time_ns() + int(margin * 1e9)
+
+    def submit(job: HostJob) -> int | None:
+        return remote.job_submit(
+            job.target, job.context.run_dir, attempt=attempt, start_at_ns=start_at_ns, tolerance_ns=int(tolerance * 1e9)
+        )
+
+    answers = remote.fan_out(mains, submit)
+    wave = time.monotonic() - began
+    late = {j.row.host: round(a / 1e9, 4) for j, a in zip(mains, answers, strict=True) if isinstance(a, int)}
+    entry = {"id": attempt, "start_at_ns": start_at_ns, "margin_s": round(margin, 4), "hosts": len(mains),
+             "wave_s": round(wave, 4), "late": late}  # fmt: skip
+
+    def update(provenance: dict[str, Any]) -> None:
+        found = provenance.get("start") or {}
+        attempts = [*(found.get("attempts") or []), entry]
+        provenance["start"] = {**found, "attempt": attempt, "start_at_ns": start_at_ns, "margin_s": entry["margin_s"],
+                               "tolerance_s": tolerance, "attempts": attempts}  # fmt: skip
+
+    services.run_provenance_merge(run_id=run_id, update=update)
+    ssh.raise_first(answers)
+    if late:
+        worst = max(late.values())
+        raise LateStart(
+            None,
+            f"the start instant passed before the submit reached {_some(sorted(late))} (late by up to "
+            f"{numbers.quantity(worst, 's')}; margin {numbers.quantity(margin, 's')} for {len(mains)} hosts, whose "
+            f"submit took {numbers.quantity(wave, 's')}; tolerance {numbers.quantity(tolerance, 's')}): start attempt "
+            f"{attempt} was undone on every host, none keeps it",
+        )
+    return start_at_ns
+
+
+def _some(names: list[str], shown: int = 10) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def _wait_ready(job: HostJob) -> None:
@@ -150,7 +231,7 @@ def _slurm_job(run: Run, login: remote.Target) -> tuple[RunTarget, str]:
     return host, job_id
 
 
-OUTPUT_FILES = ["exit_code", "stdout", "stderr"]  # the exit code first: the outputs are then read whole
+OUTPUT_FILES = ["exit_code", "stdout", "stderr", "started"]  # the exit code first: the outputs are then read whole
 
 
 def _host_outcome(found: remote.Collected | BaseException) -> HostOutcome | BaseException:
@@ -205,6 +286,8 @@ def run_collect(run: Run) -> tuple[str, str]:
     else:
         outputs = [_host_outcome(by_pk[h.row.pk]) for h in hosts]
     ssh.raise_first(outputs)
+    if login is None:
+        record_start_spread(run, {h.row.host: by_pk[h.row.pk] for h in hosts})
     errors: list[str] = []
     per_host: list[Metric] = []
     logs: dict[str, str] = {}
@@ -237,6 +320,35 @@ def run_collect(run: Run) -> tuple[str, str]:
         errors += benchmark.missing(metrics, [h.row.host for h in hosts])
         errors += benchmark.check(benchmark_params(run.params), metrics, logs)
     return (RunStatus.FAILED, "\n".join(errors)) if errors else (RunStatus.SUCCEEDED, "")
+
+
+def record_start_spread(run: Run, found: dict[str, Any]) -> None:
+    """Keep in provenance["start"] the instants the hosts' launchers really started (their ``started`` files): the
+    spread (max - min, seconds), the first and last host, how long after the start instant the last one started,
+    and each host's offset from the instant (ms)."""
+    started: dict[str, int] = {}
+    for host, collected in found.items():
+        text = collected.text("started").strip() if isinstance(collected, remote.Collected) else ""
+        if text.isdigit():
+            started[host] = int(text)
+    if not started:
+        return
+    first, last = min(started, key=started.__getitem__), max(started, key=started.__getitem__)
+
+    def update(provenance: dict[str, Any]) -> None:
+        record = dict(provenance.get("start") or {})
+        at = record.get("start_at_ns") or started[first]
+        record.update(
+            spread_s=round((started[last] - started[first]) / 1e9, 6),
+            after_instant_s=round(max(0, started[last] - at) / 1e9, 6),  # the last host's start after the instant
+            first_host=first,
+            last_host=last,
+            recorded=len(started),
+            offsets_ms={host: round((ns - at) / 1e6, 3) for host, ns in sorted(started.items())},
+        )
+        provenance["start"] = record
+
+    services.run_provenance_merge(run_id=run.pk, update=update)
 
 
 def _job_io_covers(run: Run, benchmark: Benchmark, targets: list[RunTarget]) -> bool:

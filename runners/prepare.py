@@ -6,6 +6,7 @@ recorded in provenance: each host's page cache before and after its flush, and i
 from __future__ import annotations
 
 import shlex
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -129,8 +130,11 @@ def run_prepare(run: Run) -> list[HostJob]:
     provenance["params"] = run.params
     provenance["layout"] = lay_out_data(run, jobs)  # before the flush: the run reads data no cache just received
     provenance["flush"] = flush_caches(run, jobs)
+    began = time.monotonic()
     start = remote.fan_out(jobs, lambda j: snapshot(j.target))  # the counters as the measured job starts
     ssh.raise_first(start)
+    # One command on every host at once, timed: what the start barrier's margin is reckoned from (lifecycle).
+    provenance["start"] = {**(provenance.get("start") or {}), "probe_s": round(time.monotonic() - began, 4)}
     provenance["cache"] = {
         "expect": cache.expectation(
             flush_clients=run.campaign.flush_clients, warmup_runs=run.campaign.warmup_runs, is_warmup=run.is_warmup

@@ -3,8 +3,12 @@
 A detached job lives in its own directory on the host::
 
     command.sh   the exact command (written by rackbench, built with shlex)
-    launch.sh    records its pid, runs command.sh with stdout/stderr to files, then writes exit_code
-    submitted    marker written before launching: a redelivered submit never starts a second copy
+    launch.sh    records its pid, waits for the start instant it was given, records the instant it really starts
+                 (``started``, ns since the epoch), runs command.sh with stdout/stderr to files, then writes exit_code
+    submitted    marker written before launching, holding the start attempt's id: a redelivered submit of the same
+                 attempt never starts a second copy, and a submit of another attempt is refused
+    started      the instant the launcher ran command.sh (its modification time; once the command ended, its
+                 content: that time in ns since the epoch, the node's clock)
     killed       marker written by job_kill: rackbench stopped it (not someone else, not a reboot)
     pid, stdout, stderr, exit_code
     io           the launcher's /proc/<pid>/io as the command ended: the kernel adds every process it waited for
@@ -155,12 +159,29 @@ def remote_root(target: Target) -> str:
 
 # --- detached jobs ------------------------------------------------------------------------------
 
+LATE_EXIT = 75  # a submit that came after the start instant (beyond the tolerance): nothing was started
+OTHER_ATTEMPT_EXIT = 76  # a submit that found the job started by another attempt
+
+# $1: the start instant (ns since the epoch, the node's clock; 0 or none: at once). The submit that starts it has
+# checked that the instant is not past; should the launcher itself run after it (a node too loaded to fork it in
+# time), it starts at once, and its ``started`` shows by how much: the run's provenance keeps each host's offset.
+# The wait is one sleep computed from date's nanoseconds (GNU date). The start is recorded without a process of its
+# own between the wake-up and command.sh: ``: > started`` (a shell builtin) stamps the file's modification time,
+# turned into ns in its content once the command has ended (``date -r``). Its resolution is the kernel's file
+# timestamps' (a clock tick, 1-4 ms, and up to a tick behind the clock): on 256 lab nodes waking together on two
+# cores, one ``date`` each before its command doubled the measured spread.
 LAUNCHER = """#!/bin/sh
-# Written by rackbench. Runs command.sh detached; the files beside it are the job's state.
+# Written by rackbench. Runs command.sh detached at its start instant; the files beside it are the job's state.
 cd "$(dirname "$0")" || exit 90
 echo $$ > pid.tmp && mv pid.tmp pid
+if [ "${1:-0}" -gt 0 ]; then
+  delay=$(( $1 - $(date +%s%N) ))
+  [ "$delay" -gt 0 ] && sleep "$(( delay / 1000000000 )).$(printf %09d $(( delay % 1000000000 )))"
+fi
+: > started
 sh ./command.sh > stdout 2> stderr < /dev/null
 rc=$?
+date -r started +%s%N > started.tmp 2>/dev/null && mv started.tmp started
 cat /proc/$$/io > io.tmp 2>/dev/null && mv io.tmp io
 echo $rc > exit_code.tmp && mv exit_code.tmp exit_code
 """
@@ -208,14 +229,39 @@ def prepare_script(jobs: dict[str, dict[str, str]], *, extra_dirs: list[str]) ->
 JOB_MARKER = "RACKBENCH_JOB"  # in the environment of every process a job starts: its directory
 
 
-def job_submit(target: Target, job_dir: str) -> None:
-    """Start the job detached, at most once per directory, with its marker in its environment."""
+def job_submit(
+    target: Target, job_dir: str, *, attempt: str = "", start_at_ns: int = 0, tolerance_ns: int = 0
+) -> int | None:
+    """Start the job detached, with its marker in its environment, at most once per directory: its command runs at
+    ``start_at_ns`` (ns since the epoch on the node's clock; 0: at once).
+
+    ``attempt`` names the start attempt: a submit of the same attempt delivered again starts nothing (and says
+    nothing), one of another attempt is refused (TransientSSHError: the earlier attempt's job must be undone first).
+    Returns None when the job is started, or how late (ns) the submit came when it came more than ``tolerance_ns``
+    after ``start_at_ns``: then nothing is started, and no marker left.
+    """
     d = shlex.quote(job_dir)
+    mark = shlex.quote(attempt)
+    # The marker is created with noclobber (O_EXCL): of two copies of one submit arriving together, one launches.
     line = (
-        f"cd {d} && if [ ! -e submitted ]; then : > submitted; "
-        f"{JOB_MARKER}={d} setsid sh ./launch.sh < /dev/null > /dev/null 2>&1 & fi"
+        f'cd {d} || exit 1; if [ -e submitted ]; then [ "$(cat submitted)" = {mark} ] && exit 0; '
+        f'echo "started by attempt $(cat submitted)"; exit {OTHER_ATTEMPT_EXIT}; fi; '
+        f"at={int(start_at_ns)}; late=$(( $(date +%s%N) - at )); "
+        f'if [ "$at" -gt 0 ] && [ "$late" -gt {int(tolerance_ns)} ]; then echo $late; exit {LATE_EXIT}; fi; '
+        f"set -C; printf %s {mark} 2>/dev/null > submitted || exit 0; set +C; "
+        f"{JOB_MARKER}={d} setsid sh ./launch.sh $at < /dev/null > /dev/null 2>&1 &"
     )
-    target.check(line, what="starting the job")
+    result = target.run(line)
+    if result.exit_code == LATE_EXIT:
+        return int(result.stdout.strip() or 0)
+    if result.exit_code == OTHER_ATTEMPT_EXIT:
+        raise ssh.TransientSSHError(
+            target.endpoint, f"{job_dir} was {result.stdout.strip()}, not by this one: it must be undone first"
+        )
+    if not result.ok:
+        detail = (result.stderr or result.stdout).strip()[-500:]
+        raise ssh.PermanentSSHError(target.endpoint, f"starting the job failed (exit {result.exit_code}): {detail}")
+    return None
 
 
 WATCH_TICK = 0.05  # seconds between looks at a watched job
@@ -229,6 +275,7 @@ class JobState:
     alive: bool
     submitted: bool
     killed: bool = False  # rackbench killed it (job_kill leaves a "killed" file)
+    attempt: str = ""  # the start attempt that submitted it
 
     @property
     def finished(self) -> bool:
@@ -254,18 +301,19 @@ def job_state(target: Target, job_dir: str, *, wait: float = 0.0) -> JobState:
     line = (
         f"cd {d} 2>/dev/null || exit 0; {watch}p=$(cat pid 2>/dev/null); e=$(cat exit_code 2>/dev/null); "
         f'a=no; [ -n "$p" ] && kill -0 "$p" 2>/dev/null && a=yes; s=no; [ -e submitted ] && s=yes; '
-        f'k=no; [ -e killed ] && k=yes; echo "$p|$e|$a|$s|$k"'
+        f'k=no; [ -e killed ] && k=yes; t=$(cat submitted 2>/dev/null); echo "$p|$e|$a|$s|$k|$t"'
     )
     out = target.run(line, timeout=(wait + COMMAND_TIMEOUT) if ticks > 0 else None).stdout.strip()
     if not out:
         return JobState(None, None, False, False)
-    pid, code, alive, submitted, killed = (out.split("|") + ["", "", "", "", ""])[:5]
+    pid, code, alive, submitted, killed, attempt = (out.split("|", 5) + [""] * 6)[:6]
     return JobState(
         pid=int(pid) if pid.isdigit() else None,
         exit_code=int(code) if code.lstrip("-").isdigit() else None,
         alive=alive == "yes",
         submitted=submitted == "yes",
         killed=killed == "yes",
+        attempt=attempt,
     )
 
 
@@ -301,7 +349,8 @@ def job_undo(target: Target, job_dir: str) -> None:
     """Kill a job and forget that it was started, so that it can be started again (a start undone half way)."""
     job_kill(target, job_dir)
     target.check(
-        f"cd {shlex.quote(job_dir)} && rm -f submitted pid exit_code stdout stderr killed io", what="resetting the job"
+        f"cd {shlex.quote(job_dir)} && rm -f submitted pid exit_code stdout stderr killed io started",
+        what="resetting the job",
     )
 
 

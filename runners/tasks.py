@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -91,8 +92,10 @@ def _load(run_id: int) -> Run | None:
     return Run.objects.select_related("campaign__storage").filter(pk=run_id).first()
 
 
-def _schedule_poll(run_id: int, token: str, *, now: bool = False) -> None:
-    run_poll_task.apply_async((run_id, token), countdown=0 if now else settings.RACKBENCH["POLL_INTERVAL"])
+def _schedule_poll(run_id: int, token: str, *, now: bool = False, countdown: float | None = None) -> None:
+    if countdown is None:
+        countdown = 0 if now else settings.RACKBENCH["POLL_INTERVAL"]
+    run_poll_task.apply_async((run_id, token), countdown=countdown)
 
 
 # A step that moves the run on gives up its lease in the same update, so the next step's task, sent at once, can
@@ -171,33 +174,44 @@ def _start(task: Task, run_id: int) -> None:
         jobs = execution.run_prepare(run)
         if not Run.objects.filter(pk=run_id, status=RunStatus.PREPARING).exists():
             return  # cancelled while it was being prepared: nothing is started
-        execution.run_submit(jobs)
+        start_at_ns = execution.run_submit(jobs)
     except Exception as exc:
         _retry_or_fail(task, run_id, exc)
         return
-    _mark_running(run)
+    _mark_running(run, start_at_ns=start_at_ns)
 
 
 def _resume_submitted(run: Run) -> bool:
-    """Whether every main command of the run was started already (a worker died after submitting): never start a
-    run twice. A start cut off half way (some hosts started) is undone, so that all hosts start in one attempt."""
+    """Whether every main command of the run was started already, all by one start attempt (a worker died after
+    submitting): never start a run twice. A start cut off half way (some hosts started), or hosts started by
+    different attempts, are undone, so that all hosts start in one attempt."""
     hosts = execution.main_targets(run, execution.run_targets(run, started=True))
     if not hosts:
         return False
     states = remote.fan_out(hosts, lambda h: remote.job_state(h.target, h.row.remote_dir))
     ssh.raise_first(states)
     submitted = [h for h, state in zip(hosts, states, strict=True) if state.submitted]
-    if len(submitted) == len(hosts):
+    attempts = {state.attempt for state in states if not isinstance(state, BaseException) and state.submitted}
+    if len(submitted) == len(hosts) and len(attempts) == 1:
         return True
     if submitted:
-        log.warning("run %s: started on %d of %d hosts only; undoing it", run.pk, len(submitted), len(hosts))
+        log.warning(
+            "run %s: started on %d of %d hosts by %d attempts; undoing it",
+            run.pk,
+            len(submitted),
+            len(hosts),
+            len(attempts),
+        )
         ssh.raise_first(remote.fan_out(submitted, lambda h: remote.job_undo(h.target, h.row.remote_dir)))
     return False
 
 
-def _mark_running(run: Run) -> None:
+def _mark_running(run: Run, *, start_at_ns: int = 0) -> None:
+    """Running; its first poll comes at the hosts' start instant (``start_at_ns``), at once when there is none: before
+    it, a watching poll's loops on every host would only compete for their CPUs with the launchers waking up."""
     if services.run_transition(run_id=run.pk, old=[RunStatus.PREPARING], new=RunStatus.RUNNING, **HAND_ON):
-        _schedule_poll(run.pk, services.run_new_poll_token(run_id=run.pk), now=True)
+        until_start = max(0.0, (start_at_ns - time.time_ns()) / 1e9) if start_at_ns else 0.0
+        _schedule_poll(run.pk, services.run_new_poll_token(run_id=run.pk), countdown=until_start)
         return
     status = Run.objects.filter(pk=run.pk).values_list("status", flat=True).first()
     if status in RUN_TERMINAL and status != RunStatus.SUCCEEDED:

@@ -1,0 +1,152 @@
+"""How close together a run's hosts really start (issue 16: spread under 0.5 s at 256 nodes, under 2 s at 1,000).
+
+    RACKBENCH_BENCH_NODES=64,256 PYTHONPATH=. .venv/bin/pytest -p tests.conftest -m drill -s -o timeout=3600 \
+        bench/test_start_spread.py
+
+Real worker, real PostgreSQL and Redis, and a lab of its own (RACKBENCH_BENCH_PORT, default 3000, on addresses from
+127.0.40.1; brought down after). For each size N, one campaign of one run of the allow-listed ``uname -r`` (kind
+"command") across nodes bench1..benchN goes through the worker as a user's would. Reported per size:
+
+- run start: from the run's start step (started_at: preparing begins) to the first and to the last host's real start;
+- start spread: max - min of the hosts' real start instants. Each host's instant is what its launcher recorded
+  (the ``started`` file, ns) where it records one, else the modification time of its ``pid`` file (written as the
+  launcher begins: what runs without a start barrier have). The lab's nodes share this machine's clock;
+- collect: from the last host's exit code file to the run's finished_at (noticing the end, reading every host,
+  storing);
+- the peak of the connections to the bench database during the run (sampled every 50 ms): the worker's, and one
+  of this process's own.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection
+
+from campaigns import services
+from campaigns.models import Run
+from inventory.models import AllowedCommand
+from runners import lab
+from tests.conftest import ROOT, Worker, finished, purge_broker, spare_broker, worker_env
+
+SIZES = [int(n) for n in os.environ.get("RACKBENCH_BENCH_NODES", "64,256").split(",")]
+PORT = int(os.environ.get("RACKBENCH_BENCH_PORT", "3000"))
+BASE = os.environ.get("RACKBENCH_BENCH_BASE", "127.0.40.0")
+
+
+def start_instant(remote_dir: str) -> float:
+    """The host's real start (s since the epoch), read from the lab's shared filesystem."""
+    started = Path(remote_dir, "started")
+    if started.exists():
+        return int(started.read_text().split()[0]) / 1e9
+    return Path(remote_dir, "pid").stat().st_mtime
+
+
+class ConnectionPeak:
+    """The most connections to the bench database seen at once, sampled from another connection."""
+
+    def __init__(self) -> None:
+        db = connection.settings_dict
+        self.dsn = f"host={db['HOST'] or '127.0.0.1'} port={db['PORT'] or 5432} user={db['USER']} dbname={db['NAME']}"
+        self.peak = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+
+    def sample(self) -> None:
+        password = connection.settings_dict["PASSWORD"] or None
+        # autocommit: pg_stat_activity is a snapshot taken once per transaction
+        with psycopg.connect(self.dsn, password=password, autocommit=True) as conn:
+            while not self.stop.wait(0.05):
+                mine = "datname = current_database() AND pid <> pg_backend_pid()"
+                row = conn.execute(f"SELECT count(*) FROM pg_stat_activity WHERE {mine}").fetchone()
+                self.peak = max(self.peak, int(row[0]) if row else 0)
+
+    def __enter__(self) -> ConnectionPeak:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def measure(size: int, environment: dict[str, str]) -> dict[str, float]:
+    name = f"spread-{size}-{time.monotonic_ns()}"
+    data = {"name": name, "kind": "command", "nodes": [f"lab{i}" for i in range(1, size + 1)], "repetitions": 1,
+            "fixed": {"command": "uname", "args": "-r"}, "cache": {"flush_clients": False},
+            "timeout": 600}  # fmt: skip
+    campaign = services.campaign_apply(data=data)
+    with ConnectionPeak() as peak:
+        subprocess.run([sys.executable, "manage.py", "campaign", "run", name], cwd=ROOT, env=environment,
+                       check=True, timeout=120)  # fmt: skip
+        finished(campaign, timeout=900)
+    run = Run.objects.get(campaign=campaign)
+    assert run.status == "succeeded", run.error
+    hosts = list(run.hosts.all())
+    starts = [start_instant(h.remote_dir) for h in hosts]
+    ends = [Path(h.remote_dir, "exit_code").stat().st_mtime for h in hosts]
+    assert run.started_at and run.finished_at
+    t0 = run.started_at.timestamp()
+    record = run.provenance.get("start") or {}
+    if record:  # the start barrier's own figures: what its margin was reckoned from, and each host's offset
+        offsets = sorted((record.get("offsets_ms") or {}).values())
+        attempts = record.get("attempts") or [{}]
+        print(f"probe {record.get('probe_s')} s, margin {record.get('margin_s')} s, submit wave "
+              f"{attempts[-1].get('wave_s')} s, attempts {len(attempts)}; offsets from the instant (ms): "
+              f"min {offsets[0]:.1f}, p50 {offsets[len(offsets) // 2]:.1f}, "
+              f"p90 {offsets[int(0.9 * len(offsets))]:.1f}, "
+              f"max {offsets[-1]:.1f}", flush=True)  # fmt: skip
+    return {
+        "run start to first host (s)": min(starts) - t0,
+        "run start to last host (s)": max(starts) - t0,
+        "start spread max-min (s)": max(starts) - min(starts),
+        "start spread recorded (s)": float((run.provenance.get("start") or {}).get("spread_s", float("nan"))),
+        "collect: last exit to finished (s)": run.finished_at.timestamp() - max(ends),
+        "PostgreSQL connections peak": float(peak.peak),
+    }
+
+
+@pytest.mark.drill
+@pytest.mark.timeout(3600)
+def test_start_spread(transactional_db: None) -> None:
+    lab_dir = Path(tempfile.mkdtemp(prefix="rackbench-bench-spread-"))
+    lab_dir.chmod(0o755)
+    broker = spare_broker(1, settings.CELERY_BROKER_URL)  # the second spare: tests' own workers use the first
+    purge_broker(broker)
+    settings.RACKBENCH["LAB_DIR"] = lab_dir
+    environment = worker_env(CELERY_BROKER_URL=broker, RACKBENCH_LAB_DIR=str(lab_dir), RACKBENCH_RETRY_MAX="3")
+    AllowedCommand.objects.create(name="uname", program="uname", max_args=1, arg_pattern="-[r]")
+    worker = None
+    figures: dict[int, dict[str, float]] = {}
+    try:
+        for size in SIZES:
+            began = time.perf_counter()
+            call_command("lab", "up", "--nodes", str(size), "--port", str(PORT), "--base-address", BASE,
+                         stdout=io.StringIO(), stderr=io.StringIO())  # fmt: skip
+            print(f"\nlab of {size} nodes up and registered in {time.perf_counter() - began:.0f} s", flush=True)
+            if worker is None:
+                worker = Worker("bench-spread", environment)
+            figures[size] = measure(size, environment)
+            print(figures[size], flush=True)
+    finally:
+        if worker is not None:
+            worker.stop()
+        purge_broker(broker)
+        lab.lab_down(lab_dir=lab_dir)
+        shutil.rmtree(lab_dir, ignore_errors=True)
+    print(f"\none run of `uname -r` across N lab nodes through the worker ({ROOT.name})")
+    print(f"{'':40}" + "".join(f"{n:>10}" for n in figures))
+    for key in next(iter(figures.values())):
+        print(f"{key:40}" + "".join(f"{figures[n][key]:10.3f}" for n in figures))
