@@ -219,10 +219,12 @@ def aggregated(
         .annotate(**statistics)
         .order_by()
     )
-    with transaction.atomic():
-        if median and connection.vendor == "postgresql":
-            with connection.cursor() as cursor:  # for this transaction only: the planner hashes the groups then
-                cursor.execute("SELECT set_config('work_mem', %s, true)", [GROUP_MEDIAN_WORK_MEM])
+    if median and connection.vendor == "postgresql":
+        with transaction.atomic(), connection.cursor() as cursor:
+            # for this transaction only: with room for the arrays the planner hashes the groups
+            cursor.execute("SELECT set_config('work_mem', %s, true)", [GROUP_MEDIAN_WORK_MEM])
+            rows = list(query)
+    else:
         rows = list(query)
     for r in rows:
         labels = r["labels_text"]
