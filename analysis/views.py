@@ -115,7 +115,8 @@ def compare(request: HttpRequest) -> HttpResponse:
                    stat=statistic or (sets[0][1].statistic if sets else "mean"), stat_asked=statistic)  # fmt: skip
     tables = []
     if len(sets) >= 2:
-        result = campaign_selectors.compare(sets=sets, policy=policy, statistic=statistic)
+        # the page and its exports show each cell's value, stdev and n: no median for a comparison by mean
+        result = campaign_selectors.compare(sets=sets, policy=policy, statistic=statistic, every_statistic=False)
         context["rows"], table = reports.compare_report(result)
         context["columns"] = result["columns"]
         context["differences"] = selectors.set_differences(sets)

@@ -79,6 +79,7 @@ def run_bench() -> None:
     pages = [
         ("compare page, by mean", f"/compare/?campaign={before.pk}&campaign={after.pk}"),
         ("compare page, by median", f"/compare/?campaign={before.pk}&campaign={after.pk}&statistic=median"),
+        ("compare page as CSV", f"/compare/?campaign={before.pk}&campaign={after.pk}&format=csv"),
         ("compare API (JSON)", f"/api/v1/compare/?campaigns={before.pk},{after.pk}"),
     ]
     print(f"load average at the start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")

@@ -115,6 +115,18 @@ class Median(Aggregate):
                            **extra)  # fmt: skip
 
 
+class GroupMedian(Median):
+    """``Median`` taken over the array of the group's values (percentile_cont(0.5) of its unnested elements): the
+    groups can then be hashed instead of every row being sorted first, and each group's sort is a small one. With
+    work_mem room for the arrays (``GROUP_MEDIAN_WORK_MEM``) this spends about a third less of PostgreSQL's time on
+    two campaigns of 5,000 runs than the plain ordered-set aggregate (bench/compare_page.py)."""
+
+    template = "(SELECT %(function)s(0.5) WITHIN GROUP (ORDER BY v) FROM unnest(array_agg(%(expressions)s)) AS v)"
+
+
+GROUP_MEDIAN_WORK_MEM = "32MB"  # the hashed groups' arrays: 8 bytes a value (80,000 values: under 2 MB in fact)
+
+
 class SQLiteMedian:
     """The median as an SQLite aggregate (``sqlite3.Connection.create_aggregate``): the mean of the two middle values
     of an even count, as percentile_cont(0.5) and statistics.median give it; NULLs left out, NULL for none."""
@@ -149,11 +161,12 @@ def summaries_in_sql() -> bool:
 
 
 def campaigns_point_summaries(
-    *, campaigns: list[Campaign], runs: Iterable[int] | None = None, pooled: bool = False
+    *, campaigns: list[Campaign], runs: Iterable[int] | None = None, pooled: bool = False, median: bool = True
 ) -> dict[int, dict[Key, Summary]] | None:
     """What ``campaigns_point_values`` gives, summed up in SQL (count, avg, stddev_samp, min, max and the median,
     one row per campaign, point and metric instead of one per repetition); with ``pooled``, the points of each
-    campaign pooled (key params ""), as a comparison of chosen runs pools them.
+    campaign pooled (key params ""), as a comparison of chosen runs pools them. Without ``median``, the median is
+    left out (None): it is most of the query's time (an ordered-set aggregate sorts each group).
 
     None where SQL cannot answer as the Python path would: a database without an exact median
     (``summaries_in_sql``), or two points of one campaign with the same axes (their repetitions pool, and medians do
@@ -176,7 +189,7 @@ def campaigns_point_summaries(
     of = Q(run__campaign_id__in=list(axes), run__status=RunStatus.SUCCEEDED, run__is_warmup=False)
     if runs is not None:
         of &= Q(run_id__in=list(runs))
-    for campaign_id, point, metric, unit, stats in aggregated(of, by_point=not pooled):
+    for campaign_id, point, metric, unit, stats in aggregated(of, by_point=not pooled, median=median):
         if not pooled and (campaign_id, point) not in points:  # a run that succeeded between the two queries
             continue
         text, point_params = ("", {}) if pooled else points[campaign_id, point]
@@ -184,21 +197,35 @@ def campaigns_point_summaries(
     return found
 
 
-def aggregated(runs: Q, *, by_point: bool = True) -> Iterator[tuple[int, int, str, str, verdicts.Stats]]:
+def aggregated(
+    runs: Q, *, by_point: bool = True, median: bool = True
+) -> Iterator[tuple[int, int, str, str, verdicts.Stats]]:
     """(campaign id, point, metric with its labels, unit, statistics) of the aggregate results (across hosts, per-job
     rows left out) of the runs ``runs`` selects (a filter on Result: ``run__...``), per campaign, point (or, not
     ``by_point``, its first point for all of them) and metric, aggregated in SQL: one row per group, whatever the
-    repetitions (PostgreSQL only). One join of results and runs."""
-    group = ["run__campaign_id", "name", "labels_text"] + (["run__point"] if by_point else [])
-    rows = (
+    repetitions (PostgreSQL only). One join of results and runs; without ``median``, no median (None), and the
+    database may hash the groups instead of sorting every row."""
+    # the integers first: rows of different points are told apart by them, before any text is compared
+    group = ["run__campaign_id"] + (["run__point"] if by_point else []) + ["name", "labels_text"]
+    statistics = {"n": Count("id"), "mean": Avg("value"), "stdev": StdDev("value", sample=True), "low": Min("value"),
+                  "high": Max("value"), "unit": Max("unit"), "first_point": Min("run__point")}  # fmt: skip
+    if median:
+        statistics["median"] = GroupMedian("value")
+    query = (
         Result.objects.filter(runs, host="")
         .exclude(labels__has_key="job")
         .annotate(labels_text=Cast("labels", TextField()))
         .values(*group)
-        .annotate(n=Count("id"), mean=Avg("value"), stdev=StdDev("value", sample=True), low=Min("value"),
-                  high=Max("value"), median=Median("value"), unit=Max("unit"), first_point=Min("run__point"))
+        .annotate(**statistics)
         .order_by()
-    )  # fmt: skip
+    )
+    if median and connection.vendor == "postgresql":
+        with transaction.atomic(), connection.cursor() as cursor:
+            # for this transaction only: with room for the arrays the planner hashes the groups
+            cursor.execute("SELECT set_config('work_mem', %s, true)", [GROUP_MEDIAN_WORK_MEM])
+            rows = list(query)
+    else:
+        rows = list(query)
     for r in rows:
         labels = r["labels_text"]
         metric = metric_label(r["name"], json.loads(labels) if labels not in ("{}", "") else {})
@@ -212,7 +239,7 @@ def _sql_stats(row: dict[str, Any]) -> verdicts.Stats:
     n, mean, low, high = row["n"], row["mean"], row["low"], row["high"]
     stdev = 0.0 if n < 2 or low == high else row["stdev"]
     cv = stdev / abs(mean) if n > 1 and mean != 0 else None
-    return verdicts.Stats(n=n, mean=mean, stdev=stdev, min=low, max=high, cv=cv, median=row["median"])
+    return verdicts.Stats(n=n, mean=mean, stdev=stdev, min=low, max=high, cv=cv, median=row.get("median"))
 
 
 def cache_doubts(*, campaign: Campaign, runs: Iterable[int] | None = None) -> dict[str, list[str]]:

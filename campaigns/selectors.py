@@ -7,6 +7,7 @@ import json
 import shlex
 import statistics
 from collections import defaultdict
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -250,10 +251,14 @@ def describe(values: list[float]) -> dict[str, float | int | None]:
     }
 
 
-def _compare_order(row: tuple[str, str]) -> tuple[Any, ...]:
-    """Compare rows by their point's parameters as numbers (1, 4, 16; 4k, 64k, 1m), then by metric."""
-    params = json.loads(row[0]) if row[0] else {}
-    return (numbers.params_sort_key(params), row[1])
+def _compare_order(rows: Collection[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Compare rows by their point's parameters as numbers (1, 4, 16; 4k, 64k, 1m), then by metric (each point's
+    key made once, not once per metric)."""
+    keys: dict[str, tuple[Any, ...]] = {}
+    for params, _ in rows:
+        if params not in keys:
+            keys[params] = numbers.params_sort_key(json.loads(params) if params else {})
+    return sorted(rows, key=lambda row: (keys[row[0]], row[1]))
 
 
 def campaign_summary(*, campaign: Campaign) -> list[dict[str, Any]]:
@@ -306,6 +311,7 @@ def compare(
     policy: Any = None,
     statistic: str | None = None,
     in_sql: bool | None = None,
+    every_statistic: bool = True,
 ) -> dict[str, Any]:
     """Side by side: each set (a label, its campaign, and its runs or None for all) against the first one.
 
@@ -314,6 +320,8 @@ def compare(
     repetitions reads "no significant change" instead of a win or a loss. Each cell is summed up by ``statistic``
     (the view's choice), else by the reference campaign's: the statistic its own pages and verdicts use. The
     statistics are aggregated in SQL where the database can (``compared_summaries``; ``in_sql`` forces a path).
+    Not ``every_statistic``: a reader of the cells' value, stdev and n only (the /compare/ page and its exports),
+    for whom a comparison by mean leaves the median out of the SQL (None where the SQL path is taken).
     """
     from campaigns import baselines, comparability, verdicts
 
@@ -323,7 +331,8 @@ def compare(
         {"label": label, "campaign": campaign.pk, "campaign_name": campaign.name, "runs": runs}
         for label, campaign, runs in sets
     ]
-    tables = compared_summaries(sets=sets, by_point=by_point, in_sql=in_sql)
+    median = every_statistic or policy.statistic == "median"
+    tables = compared_summaries(sets=sets, by_point=by_point, in_sql=in_sql, median=median)
     first = sets[0][1]
     configs = comparability.configurations(list({c.pk: c for _, c, _ in sets}.values()))
     for column, (_, campaign, _) in zip(columns, sets, strict=True):
@@ -331,10 +340,13 @@ def compare(
         column["differences"] = comparability.between(configs[first.pk], configs[campaign.pk])
     rows = []
     reference = tables[0]
-    for row in sorted({k for t in tables for k in t}, key=_compare_order):
+    directions: dict[tuple[str, str], bool] = {}  # per metric and unit: the plug-in's word, looked up once
+    for row in _compare_order({k for t in tables for k in t}):
         present = [t.get(row) for t in tables]
         first = next(s for s in present if s is not None)
-        better_up = baselines.higher_is_better(sets[0][1].kind, row[1], first.unit)
+        if (row[1], first.unit) not in directions:
+            directions[row[1], first.unit] = baselines.higher_is_better(sets[0][1].kind, row[1], first.unit)
+        better_up = directions[row[1], first.unit]
         base = reference.get(row)
         cells: list[dict[str, Any] | None] = []
         changes: list[dict[str, Any] | None] = []
@@ -359,24 +371,28 @@ def compare(
             "columns": columns, "rows": rows}  # fmt: skip
 
 
-def compared_summaries(*, sets: list[tuple[str, Campaign, list[int] | None]], by_point: bool,
-                       in_sql: bool | None = None) -> list[dict[tuple[str, str], Any]]:  # fmt: skip
+def compared_summaries(
+    *, sets: list[tuple[str, Campaign, list[int] | None]], by_point: bool, in_sql: bool | None = None,
+    median: bool = True,
+) -> list[dict[tuple[str, str], Any]]:  # fmt: skip
     """Per set, its cells ((point parameters or "", metric) -> baselines.Summary): whole campaigns point by point,
     chosen runs or points pooled metric by metric.
 
     Aggregated in SQL where the database can (``in_sql`` None: baselines.summaries_in_sql), one row per cell; else,
-    or where SQL cannot pool as asked, from every repetition in Python. Both give the same statistics.
+    or where SQL cannot pool as asked, from every repetition in Python. Both give the same statistics (the SQL path
+    leaves the median out, None, when not asked for ``median``).
     """
     from campaigns import baselines
 
     campaigns = list({c.pk: c for _, c, _ in sets}.values())
     if in_sql is not False and (in_sql or baselines.summaries_in_sql()):
         if by_point:
-            together = baselines.campaigns_point_summaries(campaigns=campaigns)
+            together = baselines.campaigns_point_summaries(campaigns=campaigns, median=median)
             if together is not None:
                 return [{(k.params, k.metric): v for k, v in together.get(c.pk, {}).items()} for _, c, _ in sets]
         else:
-            pooled = [baselines.campaigns_point_summaries(campaigns=[c], runs=runs, pooled=True) for _, c, runs in sets]
+            pooled = [baselines.campaigns_point_summaries(campaigns=[c], runs=runs, pooled=True, median=median)
+                      for _, c, runs in sets]  # fmt: skip
             if all(p is not None for p in pooled):
                 return [{("", k.metric): v for k, v in (p or {}).get(c.pk, {}).items()}
                         for p, (_, c, _) in zip(pooled, sets, strict=True)]  # fmt: skip

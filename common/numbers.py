@@ -90,10 +90,16 @@ def significant(value: float, digits: int = 3) -> str:
     if value == 0:
         return "0"
     magnitude = math.floor(math.log10(abs(value)))
-    decimals = max(digits - 1 - magnitude, 0)
+    decimals = digits - 1 - magnitude
+    if decimals <= 0:
+        return f"{value:,.0f}"
     text = f"{value:,.{decimals}f}"
-    # rounding can add a digit (9.996 -> "10.00"): say it with the right number of digits
-    if decimals and len(text.replace(",", "").replace("-", "").replace(".", "").lstrip("0")) > digits:
+    # rounding can add a digit (9.996 -> "10.00"): say it with the right number of digits. Only a value whose kept
+    # digits are all nines carries (at least 9.5 x 10^magnitude): the text is counted for those only.
+    if (
+        abs(value) >= 9 * 10.0**magnitude
+        and len(text.replace(",", "").replace("-", "").replace(".", "").lstrip("0")) > digits
+    ):
         text = f"{value:,.{decimals - 1}f}"
     return text
 
@@ -104,8 +110,8 @@ def _prefixed(base: float, prefixes: tuple[tuple[float, str], ...], suffix: str)
         if abs(base) >= factor or factor == 1.0:
             mantissa = base / factor
             text = significant(mantissa)
-            # 999.7 MB/s rounds to "1,000": one prefix up reads better ("1.00 GB/s")
-            if abs(float(text.replace(",", ""))) >= step and factor != prefixes[0][0]:
+            # 999.7 MB/s rounds to "1,000": one prefix up reads better ("1.00 GB/s"); only from 999.5 up
+            if abs(mantissa) >= 999 and abs(float(text.replace(",", ""))) >= step and factor != prefixes[0][0]:
                 index = [f for f, _ in prefixes].index(factor)
                 factor, prefix = prefixes[index - 1]
                 text = significant(base / factor)
@@ -120,7 +126,8 @@ def _time(seconds: float) -> tuple[str, str]:
     for i, (floor, unit, per) in enumerate(_TIME):
         if size >= floor:
             text = significant(seconds / per)
-            if unit in ("ns", "µs", "ms") and abs(float(text.replace(",", ""))) >= 1000:  # 999.7 µs -> "1.00 ms"
+            if unit in ("ns", "µs", "ms") and size / per >= 999 and abs(float(text.replace(",", ""))) >= 1000:
+                # 999.7 µs -> "1.00 ms"
                 _, unit, per = _TIME[i - 1]
                 text = significant(seconds / per)
             return text, unit
@@ -137,7 +144,7 @@ def _counted(value: float, suffix: str) -> tuple[str, str]:
     for factor, prefix in _SI:
         if abs(value) >= factor:
             text = significant(value / factor)
-            if abs(float(text.replace(",", ""))) >= 1000 and factor != _SI[0][0]:
+            if abs(value) / factor >= 999 and abs(float(text.replace(",", ""))) >= 1000 and factor != _SI[0][0]:
                 factor, prefix = _SI[[f for f, _ in _SI].index(factor) - 1]
                 text = significant(value / factor)
             return text + prefix, suffix
