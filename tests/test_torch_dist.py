@@ -6,9 +6,7 @@ degraded."""
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,7 @@ from plugins import localise
 from plugins.benchmarks import torch_dist
 from plugins.benchmarks.base import HostContext, HostInfo, Metric, ParamError, ParseError, get_benchmark
 from tests.conftest import NETNS_LAB_PORT
-from tests.netns_helpers import NODES, assert_two_pass_verdict, launch_and_succeed, shape_every_link
+from tests.netns_helpers import NODES, assert_two_pass_verdict, lab_env, launch_and_succeed, shape_every_link
 
 FIXTURES = Path(__file__).parent / "fixtures" / "torch_dist"
 
@@ -201,33 +199,9 @@ def test_two_pass_follows_a_low_pair_with_known_good_partners_and_judges_only_it
 # --- for real, across lab nodes -----------------------------------------------------------------------------------
 
 
-def torch_path() -> str:
-    """Where this interpreter's torch lives, if the lab's login can read it (the nodes' python3 is the same 3.11)."""
-    torch = pytest.importorskip("torch")
-    site = str(Path(torch.__file__).resolve().parent.parent)
-    login = ["su", "-s", "/bin/sh", "rackbench-lab", "-c", f"PYTHONPATH={site} python3 -c 'import torch'"]
-    probe = subprocess.run(login, capture_output=True, text=True, cwd="/")
-    if os.geteuid() != 0 or probe.returncode != 0:
-        pytest.skip(f"the lab's login cannot import torch from {site}: {probe.stderr[-300:]}")
-    return site
-
-
-def lab_env() -> dict[str, str]:
-    """The environment of torch_dist's ranks on the netns lab. Every lab node's hostname is this machine's, which
-    resolves to loopback: gloo is told the interface, and Open MPI's daemons call mpirun back directly over the
-    nodes' link (its routing tree sometimes lost a daemon of four on these identically named hosts)."""
-    return {
-        "PYTHONPATH": torch_path(),
-        "OMP_NUM_THREADS": "1",
-        "GLOO_SOCKET_IFNAME": "eth0",
-        "OMPI_MCA_routed": "direct",
-        "OMPI_MCA_plm_rsh_no_tree_spawn": "1",
-        "OMPI_MCA_oob_tcp_if_include": "eth0",
-    }
-
-
 @pytest.mark.lab
 @pytest.mark.worker
+@pytest.mark.timeout(420)  # past the campaign's wait, so that a run that does not end is reported
 def test_collectives_and_ddp_run_across_2_and_4_lab_nodes_and_store_busbw(
     netns_lab: dict[str, Any], worker: Any
 ) -> None:
@@ -268,6 +242,9 @@ def test_collectives_and_ddp_run_across_2_and_4_lab_nodes_and_store_busbw(
             assert run.results.get(name="images_per_sec", host="").value > 0
 
 
+TWO_PASS_WAIT = 400  # s: two passes of three pairs each, seconds per pair
+
+
 def two_pass(name: str) -> Any:
     return launch_and_succeed(
         {
@@ -290,12 +267,13 @@ def two_pass(name: str) -> Any:
             },
             "matrix": {"op": ["all_reduce"]},
         },
-        timeout=400,
+        timeout=TWO_PASS_WAIT,
     )
 
 
 @pytest.mark.lab
 @pytest.mark.worker
+@pytest.mark.timeout(600)  # past two_pass's wait (TWO_PASS_WAIT)
 def test_two_pass_on_six_lab_nodes_names_the_node_whose_link_runs_at_30_percent_and_no_other(
     netns_lab: dict[str, Any], worker: Any
 ) -> None:
@@ -311,6 +289,7 @@ def test_two_pass_on_six_lab_nodes_names_the_node_whose_link_runs_at_30_percent_
 
 @pytest.mark.lab
 @pytest.mark.worker
+@pytest.mark.timeout(600)  # past two_pass's wait (TWO_PASS_WAIT)
 def test_two_pass_on_a_healthy_six_node_lab_names_no_node(netns_lab: dict[str, Any], worker: Any) -> None:
     shape_every_link(netns_lab["dir"])
 
