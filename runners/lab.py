@@ -583,7 +583,11 @@ MaxStartups 200
 # Open MPI's daemons (orted 4.1) share their hwloc topology through a segment mapped into a "hole" of their address
 # space; on these VMs that write crashed orted now and then (SIGSEGV in hwloc_shmem_topology_write). Without a hole
 # they read the topology themselves: binding works as before.
-SetEnv {MARKER}={node_dir} OMPI_MCA_rtc_hwloc_vmhole=none
+# The nodes share one host name and one /tmp, so the daemons of one job that a real cluster runs on separate machines
+# here share a session directory, in which PMIx's shared-memory data store (gds ds21/ds12) of each daemon collided
+# with the others' ("PMIX ERROR ... dstore_base.c"): now and then a daemon died after daemonizing and mpirun waited
+# for it forever. PMIx's hash store keeps each daemon's data in its own memory.
+SetEnv {MARKER}={node_dir} OMPI_MCA_rtc_hwloc_vmhole=none PMIX_MCA_gds=hash
 PrintMotd no
 PrintLastLog no
 LogLevel ERROR

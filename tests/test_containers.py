@@ -290,11 +290,10 @@ def test_enroot_scripts_start_run_exec_and_stop_a_container(fake_node: dict[str,
     state = Path(fake_node["HOME"]) / ".rackbench" / "enroot"
 
     assert run_like_the_runner(enroot.running_argv("rb-7"), fake_node, tmp_path).returncode == 1
-    started = time.monotonic()
+    # Detached: start does not wait for the container (which sleeps 300 s; waiting for it would time out).
     for command in enroot.start_argv(enroot_spec(), name="rb-7", key_dir=KEY_DIR):
         result = run_like_the_runner(command, fake_node, tmp_path)
         assert result.returncode == 0, result.stderr
-    assert time.monotonic() - started < 10  # detached: start does not wait for the container
     assert (state / "images" / "nvcr.io+nvidia+tensorflow+19.09-py3.sqsh").read_text() == "squashfs\n"
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
     assert run_like_the_runner(enroot.running_argv("rb-7"), fake_node, tmp_path).returncode == 0

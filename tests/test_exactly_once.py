@@ -301,7 +301,7 @@ def test_a_start_cut_off_half_way_is_undone_and_every_host_starts_in_one_attempt
 def wait_for_pid(job: Any) -> int:
     from runners import remote
 
-    return wait_for(lambda: remote.job_state(job.target, job.context.run_dir).pid, timeout=20, what="the job's pid")
+    return wait_for(lambda: remote.job_state(job.target, job.context.run_dir).pid, timeout=60, what="the job's pid")
 
 
 # --- results, once --------------------------------------------------------------------------------------
@@ -365,8 +365,8 @@ def test_a_kill_gets_a_term_ignoring_child_that_left_for_its_own_session(lab: di
         target, job_dir, extra_dirs=[], files={"command.sh": remote.command_script(["sh", "-c", tree], {})}
     )
     remote.job_submit(target, job_dir)
-    main = wait_for(lambda: remote.job_state(target, job_dir).pid, timeout=20, what="the job's pid")
-    child = int(wait_for(lambda: target.get(f"{job_dir}/child.pid"), timeout=20, what="the child's pid"))
+    main = wait_for(lambda: remote.job_state(target, job_dir).pid, timeout=60, what="the job's pid")
+    child = int(wait_for(lambda: target.get(f"{job_dir}/child.pid"), timeout=60, what="the child's pid"))
     assert os.getsid(child) == child != os.getsid(main)
 
     try:
@@ -387,7 +387,7 @@ def test_a_cancel_kills_fio_s_job_processes_when_fio_does_not_exit_on_term(lab: 
     fixed = {"bs": "64k", "size": "8M", "runtime": 60, "time_based": 1, "numjobs": 2}
     campaign = launched("hung", ["lab2"], fixed=fixed)
     run = wait_for(lambda: campaign.runs.filter(status=RunStatus.RUNNING).first(), timeout=60, what="fio running")
-    fio = wait_for(lambda: run.hosts.get().pid and fio_processes(run.hosts.get().pid), timeout=20, what="fio's jobs")
+    fio = wait_for(lambda: run.hosts.get().pid and fio_processes(run.hosts.get().pid), timeout=60, what="fio's jobs")
     main, jobs = fio[0], fio[1:]
     assert jobs and all(os.getsid(p) == p for p in jobs)  # fio's job processes: each in a session of its own
     os.kill(main, signal.SIGSTOP)  # hung: fio's main process does not act on TERM
@@ -438,14 +438,14 @@ def test_a_node_whose_kill_is_not_confirmed_stays_held_and_the_next_campaign_nev
 
     first = launched("dies", ["lab3"], fixed={"bs": "64k", "size": "8M", "runtime": 120, "time_based": 1})
     run = wait_for(lambda: first.runs.filter(status=RunStatus.RUNNING).first(), timeout=60, what="fio running")
-    pid = wait_for(lambda: Run.objects.get(pk=run.pk).hosts.get().pid, timeout=20, what="fio's pid")
+    pid = wait_for(lambda: Run.objects.get(pk=run.pk).hosts.get().pid, timeout=60, what="fio's pid")
     lab_module.lab_node_down(3, lab_dir=lab["dir"])  # its sshd dies; the fio it started runs on
     try:
         services.campaign_cancel(campaign=first)
         held = wait_for(
             lambda: NodeLease.objects.filter(node__name="lab3", held_for=run).first(), timeout=90, what="lab3 kept"
         )
-        wait_for(lambda: not Run.objects.get(pk=run.pk).kill_pending, timeout=30, what="the kill given up")
+        wait_for(lambda: not Run.objects.get(pk=run.pk).kill_pending, timeout=60, what="the kill given up")
         run.refresh_from_db()
         assert "may still be running" in run.error and "lab3" in run.error
         assert held.campaign_id == first.pk and held.held_reason and held.held_since
@@ -472,7 +472,7 @@ def test_a_node_whose_kill_is_not_confirmed_stays_held_and_the_next_campaign_nev
     assert not overlap, f"the next campaign's run was {overlap[0]} while the old fio still ran"
     assert second.status == CampaignStatus.SUCCEEDED, list(second.runs.values_list("error", flat=True))
     assert not group_alive(pid)
-    finished(first, timeout=30)
+    finished(first, timeout=60)
     assert "The kill was confirmed" in Run.objects.get(pk=run.pk).error
 
 
@@ -595,7 +595,7 @@ def test_a_benchmark_rackbench_killed_is_said_to_be_killed_by_rackbench(lab: dic
 
     campaign = launched("stopped", ["lab4"], fixed={"bs": "64k", "size": "8M", "runtime": 60, "time_based": 1})
     run = wait_for(lambda: campaign.runs.filter(status=RunStatus.RUNNING).first(), timeout=60, what="fio running")
-    host = wait_for(lambda: Run.objects.get(pk=run.pk).hosts.filter(pid__isnull=False).first(), timeout=20, what="pid")
+    host = wait_for(lambda: Run.objects.get(pk=run.pk).hosts.filter(pid__isnull=False).first(), timeout=60, what="pid")
     remote.reset_pool()
     remote.job_kill(remote.node_target(lab["nodes"]["lab4"]), host.remote_dir)  # as a kill of this run would
     remote.reset_pool()

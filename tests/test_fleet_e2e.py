@@ -12,24 +12,13 @@ from typing import Any
 import pytest
 
 from analysis import fleet, selectors
-from campaigns.models import CampaignStatus
-from runners import lab
-from tests.conftest import NETNS_LAB_NODES, launch_and_wait
+from tests.netns_helpers import NODES, assert_two_pass_verdict, launch_and_succeed, shape_every_link
 
 pytestmark = [pytest.mark.lab, pytest.mark.worker]
 
-LINE_RATE = "400mbit"
-DEGRADED = "120mbit"  # 30 % of the line rate
-NODES = [f"lab{i}" for i in range(1, NETNS_LAB_NODES + 1)]
-
-
-def shape_every_link(lab_dir: Any) -> None:
-    for name in NODES:
-        lab.lab_degrade(name, rate=LINE_RATE, lab_dir=lab_dir)
-
 
 def all_pairs(name: str) -> Any:
-    campaign = launch_and_wait(
+    return launch_and_succeed(
         {
             "name": name,
             "kind": "iperf3",
@@ -40,15 +29,12 @@ def all_pairs(name: str) -> Any:
         },
         timeout=180,
     )
-    assert campaign.status == CampaignStatus.SUCCEEDED, [r.error for r in campaign.runs.all()]
-    return campaign
 
 
 def test_all_pairs_names_the_node_whose_link_runs_at_30_percent_and_no_other(
     netns_lab: dict[str, Any], worker: Any
 ) -> None:
-    shape_every_link(netns_lab["dir"])
-    lab.lab_degrade("lab4", rate=DEGRADED, lab_dir=netns_lab["dir"])
+    shape_every_link(netns_lab["dir"], degraded="lab4")
 
     campaign = all_pairs("all-pairs-degraded")
     matrix = fleet.link_matrix(selectors.campaign_link_flows(campaign=campaign))
@@ -78,7 +64,7 @@ def test_all_pairs_on_a_healthy_lab_names_no_node(netns_lab: dict[str, Any], wor
 
 
 def two_pass(name: str) -> Any:
-    campaign = launch_and_wait(
+    return launch_and_succeed(
         {
             "name": name,
             "kind": "iperf3",
@@ -90,29 +76,15 @@ def two_pass(name: str) -> Any:
         },
         timeout=180,
     )
-    assert campaign.status == CampaignStatus.SUCCEEDED, [r.error for r in campaign.runs.all()]
-    return campaign
 
 
 def test_two_pass_localisation_names_the_degraded_node_and_no_other(netns_lab: dict[str, Any], worker: Any) -> None:
-    shape_every_link(netns_lab["dir"])
-    lab.lab_degrade("lab4", rate=DEGRADED, lab_dir=netns_lab["dir"])
+    shape_every_link(netns_lab["dir"], degraded="lab4")
 
-    campaign = two_pass("two-pass-degraded")
-    (verdict,) = selectors.campaign_localisation(campaign=campaign)
-
-    assert campaign.runs.count() == 2  # pass 1, and the re-tests it called for
-    assert verdict["pairs"] == 3
-    assert "lab4" in verdict["suspects"] and len(verdict["suspects"]) == 2  # lab4 and its random partner
-    assert verdict["bad"] == ["lab4"]
-    assert verdict["cleared"] == [n for n in verdict["suspects"] if n != "lab4"]
+    assert_two_pass_verdict(two_pass("two-pass-degraded"), degraded="lab4")
 
 
 def test_two_pass_localisation_on_a_healthy_lab_names_no_node(netns_lab: dict[str, Any], worker: Any) -> None:
     shape_every_link(netns_lab["dir"])
 
-    campaign = two_pass("two-pass-healthy")
-    (verdict,) = selectors.campaign_localisation(campaign=campaign)
-
-    assert campaign.runs.count() == 1  # no pair was low: no second pass
-    assert (verdict["pairs"], verdict["suspects"], verdict["bad"]) == (3, [], [])
+    assert_two_pass_verdict(two_pass("two-pass-healthy"), degraded=None)

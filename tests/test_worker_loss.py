@@ -83,8 +83,8 @@ def test_it_fails_a_run_with_a_reason_when_it_cannot_be_resumed(lab: dict[str, A
         run.refresh_from_db()
         assert run.status == RunStatus.FAILED
         assert "abandoned: no worker made progress" in run.error
-        wait_for(lambda: Campaign.objects.get(pk=campaign.pk).is_terminal, timeout=30, what="the campaign to end")
+        wait_for(lambda: Campaign.objects.get(pk=campaign.pk).is_terminal, timeout=60, what="the campaign to end")
     finally:
         rescuer.stop()
     pid = run.hosts.get().pid
-    wait_for(lambda: not group_alive(pid), timeout=20, what="the abandoned fio to be killed")
+    wait_for(lambda: not group_alive(pid), timeout=60, what="the abandoned fio to be killed")
