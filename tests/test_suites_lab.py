@@ -108,13 +108,6 @@ def test_the_whole_quick_suite_runs_on_a_networked_lab_and_finds_every_node_heal
     assert collective.results.get(name="ranks", host="").value == 4
 
 
-TORCH_ENV = {  # as in tests/test_torch_dist.py
-    "OMP_NUM_THREADS": "1",
-    "GLOO_SOCKET_IFNAME": "eth0",
-    "OMPI_MCA_routed": "direct",
-    "OMPI_MCA_plm_rsh_no_tree_spawn": "1",
-    "OMPI_MCA_oob_tcp_if_include": "eth0",
-}
 # The acceptance suite at a bounded size: its steps and their kinds as shipped, each run short (one repetition).
 BOUNDED = {
     "network": {"duration": 2, "omit": 0, "parallel": 1},
@@ -131,13 +124,13 @@ LINE_RATE, DEGRADED = "400mbit", "40mbit"  # every link shaped alike (see tests/
 def test_the_acceptance_suite_on_a_lab_names_the_node_with_a_degraded_link_and_takes_it_out_as_the_run_ends(
     netns_lab: dict[str, Any], worker: Any
 ) -> None:
-    from tests.test_torch_dist import torch_path
+    from tests.netns_helpers import lab_env
 
     AllowedCommand.objects.create(name="health-check", program="true")
     for node in NODES:
         lab_control.lab_degrade(node, rate=LINE_RATE, lab_dir=netns_lab["dir"])
     lab_control.lab_degrade("lab3", rate=DEGRADED, lab_dir=netns_lab["dir"])
-    env = {**TORCH_ENV, "PYTHONPATH": torch_path()}
+    env = lab_env()
 
     created = suites.suite_launch(slug="acceptance", nodes=NODES, name="acc", env=env, params=BOUNDED,
                                   repetitions=1, maintenance=True, **LOOSE)  # fmt: skip
