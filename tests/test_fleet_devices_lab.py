@@ -10,16 +10,14 @@ import pytest
 
 from analysis import fleet, selectors
 from campaigns.models import CampaignStatus
-from runners import lab
 from tests.conftest import launch_and_wait
-from tests.test_fleet_e2e import DEGRADED, NODES, shape_every_link
+from tests.netns_helpers import NODES, shape_every_link
 
 pytestmark = [pytest.mark.lab, pytest.mark.worker]
 
 
 def test_the_nic_of_the_degraded_node_is_named_from_the_runs_telemetry(netns_lab: dict[str, Any], worker: Any) -> None:
-    shape_every_link(netns_lab["dir"])
-    lab.lab_degrade("lab4", rate=DEGRADED, lab_dir=netns_lab["dir"])
+    shape_every_link(netns_lab["dir"], degraded="lab4")
 
     campaign = launch_and_wait(
         {

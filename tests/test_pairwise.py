@@ -489,13 +489,10 @@ def test_a_torch_dist_all_pairs_campaign_on_the_lab_fills_the_matrix_and_its_deg
     netns_lab: dict[str, Any], worker: Any
 ) -> None:
     from analysis import reports
-    from runners import lab
     from tests.conftest import NETNS_LAB_PORT, launch_and_wait
-    from tests.test_fleet_e2e import DEGRADED, shape_every_link
-    from tests.test_torch_dist import torch_path
+    from tests.netns_helpers import lab_env, shape_every_link
 
-    shape_every_link(netns_lab["dir"])
-    lab.lab_degrade("lab3", rate=DEGRADED, lab_dir=netns_lab["dir"])
+    shape_every_link(netns_lab["dir"], degraded="lab3")
     nodes = ["lab1", "lab2", "lab3", "lab4"]
     campaign = launch_and_wait(
         {
@@ -503,14 +500,7 @@ def test_a_torch_dist_all_pairs_campaign_on_the_lab_fills_the_matrix_and_its_deg
             "kind": "torch_dist",
             "nodes": nodes,
             "cache": {"flush_clients": False},
-            "env": {  # as tests/test_torch_dist.py's lab runs set it, for the same reasons
-                "PYTHONPATH": torch_path(),
-                "OMP_NUM_THREADS": "1",
-                "GLOO_SOCKET_IFNAME": "eth0",
-                "OMPI_MCA_routed": "direct",
-                "OMPI_MCA_plm_rsh_no_tree_spawn": "1",
-                "OMPI_MCA_oob_tcp_if_include": "eth0",
-            },
+            "env": lab_env(),
             # Messages well past the links' token bucket, few of them: seconds per pair.
             "fixed": {
                 "topology": "all_pairs",
