@@ -47,13 +47,14 @@ class Table:
     network: bool = False  # byte rates of a network transfer: shown in bits
     export_only: tuple[str, ...] = ()
     empty: str = ""  # why there are no rows, where the page knows better than "no succeeded runs"
+    headings: dict[str, str] = field(default_factory=dict)  # a column's heading on the page, where its name is terse
 
     def records(self) -> list[dict[str, Any]]:
         return [dict(zip(self.columns, (_plain(v) for v in row), strict=True)) for row in self.rows]
 
     @property
     def shown_columns(self) -> list[str]:
-        return [c for c in self.columns if c not in self.export_only]
+        return [self.headings.get(c, c) for c in self.columns if c not in self.export_only]
 
     def display(self) -> list[list[Cell]]:
         """The rows as the page shows them."""
@@ -73,8 +74,10 @@ class Table:
 
 def _cell(value: Any, unit: str | None, *, network: bool) -> Cell:
     if value is None or value == "":
-        return Cell(numbers.DASH)
-    if isinstance(value, bool) or not isinstance(value, int | float):
+        return Cell(numbers.DASH, numeric=unit is not None)  # aligned with the numbers of its column
+    if isinstance(value, bool):
+        return Cell("yes" if value else "no")
+    if not isinstance(value, int | float):
         return Cell(str(value))
     if unit is None:
         return Cell(numbers.plain(value), numbers.raw(value), True)

@@ -585,7 +585,9 @@ def link_tables(matrix: fleet.LinkMatrix) -> list[Table]:
     for sender in matrix.nodes:
         grid.rows.append([sender, *(matrix.value(sender, receiver) for receiver in matrix.nodes)])
     nodes = Table("nodes", "Nodes against the fleet", ["node", "median_flow", "fleet_median", "score", "outlier"],
-                  units={"median_flow": matrix.unit, "fleet_median": matrix.unit})  # fmt: skip
+                  units={"median_flow": matrix.unit, "fleet_median": matrix.unit},
+                  headings={"median_flow": "median of its pairs", "fleet_median": "fleet's median",
+                            "score": "robust score"})  # fmt: skip
     for node in matrix.nodes:
         s = matrix.node_scores[node]
         nodes.rows.append([node, s.value, s.median, round(s.score, 3), s.outlier])
