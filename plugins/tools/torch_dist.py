@@ -25,11 +25,13 @@ once. Rank 0 then prints each pair's table after a ``#rackbench-pair {"round": R
 """
 
 import argparse
+import gc
 import json
 import os
 import socket
 import sys
 import time
+import traceback
 
 
 def size_arg(text):
@@ -84,6 +86,8 @@ def main(argv):
             pairwise(args, torch, dist, rank, device, hosts)
         else:
             collectives(args, torch, dist, rank, size, device, hosts)
+        gc.collect()  # DDP's reducer (in reference cycles) goes while its process group still stands
+        dist.barrier()
     finally:
         dist.destroy_process_group()
     return 0
@@ -294,4 +298,16 @@ def ddp(args, torch, dist, rank, size, device):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        code = main(sys.argv[1:])
+    except SystemExit as exc:  # argparse's refusals
+        code = exc.code if isinstance(exc.code, int) else 2
+    except BaseException:  # noqa: BLE001 - reported here, then the same hard exit
+        traceback.print_exc()
+        code = 1
+    # Results are printed and the process group is destroyed: leave without the interpreter's teardown, where a
+    # gloo thread of DDP's reducer outliving its group aborted a rank (signal 6, "terminate called without an active
+    # exception") after the results had been written.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
