@@ -38,6 +38,7 @@ from analysis.selectors import campaign_fleet_samples
 from campaigns import suites
 from campaigns.errors import CampaignError
 from campaigns.models import CAMPAIGN_TERMINAL, Campaign, CampaignStatus, Run, RunHost, RunStatus, SuiteAction
+from common import numbers
 from common.errors import NotFound
 from inventory.models import Node, NodeStatus
 from inventory.services import node_set_status
@@ -247,7 +248,8 @@ def _judge_fleet(
         share = f" ({score.ratio:.0%} of it)" if score.ratio is not None else ""
         where = f" at {column.params}" if column.params else ""
         detail = (
-            f"{column.title}: {score.value:.4g} {column.unit} against the fleet's median {score.median:.4g}{share}, "
+            f"{column.title}: {numbers.quantity(score.value, column.unit)} against the fleet's median "
+            f"{numbers.quantity(score.median, column.unit)}{share}, "
             f"robust score {score.score:.1f}{where}"
         )
         severity, code = (FAILED, f"outlier:{metric}") if score.outlier else (SUSPECT, f"low:{metric}")
