@@ -209,6 +209,7 @@ class LinkMatrix:
     statistic: str = "throughput of the flow, as its receiver counted it"
     higher_is_better: bool = True
     axes: tuple[str, str] = ("sender", "receiver")
+    symmetric: bool = False  # (a, b) and (b, a) are one link, shown twice, named once
 
     def value(self, sender: str, receiver: str) -> float | None:
         return self.cells.get((sender, receiver))
@@ -259,14 +260,25 @@ def link_matrix(
         min_spread=min_spread,
     )
     bad_links = []
-    for key, score in sorted(cell_scores.items(), key=lambda item: item[1].score):
+    named: set[frozenset[str]] = set()
+    for key, score in sorted(cell_scores.items(), key=lambda item: (item[1].score, _natural_pair(item[0]))):
         sender, receiver = key.split("\0")
         if score.outlier and sender not in bad_nodes and receiver not in bad_nodes:
+            if about.get("symmetric"):  # the link once, in the order its nodes sort in
+                if frozenset((sender, receiver)) in named:
+                    continue
+                named.add(frozenset((sender, receiver)))
+                sender, receiver = sorted((sender, receiver), key=_natural)
             bad_links.append((sender, receiver, score))
     return LinkMatrix(
         nodes, cells, dict(samples), node_scores, bad_links, threshold, outliers=[s.node for s in outliers],
         higher_is_better=higher_is_better, **about,
     )  # fmt: skip
+
+
+def _natural_pair(key: str) -> tuple[Any, ...]:
+    sender, receiver = key.split("\0")
+    return (_natural(sender), _natural(receiver))
 
 
 def _natural(name: str) -> tuple[Any, ...]:
@@ -315,6 +327,7 @@ def links_payload(matrix: LinkMatrix) -> dict[str, Any]:
         "higher_is_better": matrix.higher_is_better,
         "rows": matrix.axes[0],
         "columns": matrix.axes[1],
+        "symmetric": matrix.symmetric,
         "nodes": matrix.nodes,
         "matrix": [[matrix.value(s, r) for r in matrix.nodes] for s in matrix.nodes],
         "node_scores": {

@@ -602,8 +602,9 @@ def link_findings(matrix: fleet.LinkMatrix) -> list[str]:
         value, median = numbers.quantity(s.value, matrix.unit), numbers.quantity(s.median, matrix.unit)
         found.append(f"Bad node {node}: the median of its pairs is {value}, {s.ratio or 0:.0%} of the fleet's {median} "
                      f"(score {s.score:+.1f})")  # fmt: skip
+    arrow = "↔" if matrix.symmetric else "→"
     for sender, receiver, s in matrix.bad_links:
-        found.append(f"Bad link {sender} → {receiver}: {numbers.quantity(s.value, matrix.unit)}, "
+        found.append(f"Bad link {sender} {arrow} {receiver}: {numbers.quantity(s.value, matrix.unit)}, "
                      f"{s.ratio or 0:.0%} of the median pair (score {s.score:+.1f})")  # fmt: skip
     return found
 

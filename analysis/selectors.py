@@ -565,7 +565,7 @@ def link_matrix(links: Links, *, threshold: float) -> fleet.LinkMatrix:
         return fleet.link_matrix([], threshold=threshold)
     return fleet.link_matrix(
         links.flows, threshold=threshold, higher_is_better=metric.higher_is_better, unit=metric.unit,
-        metric=metric.name, statistic=metric.statistic, axes=(metric.rows, metric.columns),
+        metric=metric.name, statistic=metric.statistic, axes=(metric.rows, metric.columns), symmetric=metric.symmetric,
     )  # fmt: skip
 
 

@@ -14,7 +14,7 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from analysis import fleet
+from analysis import fleet, reports
 from campaigns.models import Campaign, CampaignStatus, Result, Run, RunStatus
 from common.errors import ParamError
 from plugins.benchmarks.base import Metric, get_benchmark
@@ -101,6 +101,20 @@ def test_a_bad_link_is_one_cell_and_names_no_node() -> None:
     matrix = fleet.link_matrix(flows(bad_link=("lab2", "lab5")))
     assert matrix.outliers == []
     assert [(s, r) for s, r, _ in matrix.bad_links] == [("lab2", "lab5")]
+
+
+def test_a_bad_link_of_a_symmetric_matrix_is_named_once_though_shown_in_both_cells() -> None:
+    """nccl-tests' and torch_dist's pairs: one value per pair, on both its nodes (node x peer)."""
+    symmetric = [(a, b, v) for a, b, v in flows(bad_link=("lab2", "lab5")) if a < b]
+    both = symmetric + [(b, a, v) for a, b, v in symmetric]
+    matrix = fleet.link_matrix(both, symmetric=True, unit="GB/s", axes=("node", "peer"))
+    assert matrix.outliers == []
+    assert [(s, r) for s, r, _ in matrix.bad_links] == [("lab2", "lab5")]
+    assert matrix.value("lab2", "lab5") == matrix.value("lab5", "lab2") < 0.5 * matrix.median_cell
+    assert fleet.links_payload(matrix)["symmetric"] is True
+    assert reports.link_findings(matrix)[0].startswith("Bad link lab2 ↔ lab5: ")
+    directed = fleet.link_matrix(both, unit="GB/s")  # the same cells read as two flows: two links
+    assert sorted((s, r) for s, r, _ in directed.bad_links) == [("lab2", "lab5"), ("lab5", "lab2")]
 
 
 def test_a_healthy_matrix_names_nothing() -> None:

@@ -52,6 +52,7 @@ class PairMetric:
     rows: str = "sender"
     columns: str = "receiver"
     labels: dict[str, Any] = field(default_factory=dict)
+    symmetric: bool = False  # a pair's one value is on both its nodes: (a, b) and (b, a) are one link
 
 
 @dataclass(frozen=True)

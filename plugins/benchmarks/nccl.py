@@ -845,7 +845,8 @@ def pair_metrics(text: str, tool: str) -> list[Metric]:
 def pair_metric(test: str) -> PairMetric:
     """The link matrix of a pairwise run of ``test`` (a collective), symmetric: a pair's value is on both nodes."""
     return PairMetric(PAIR_METRIC, _UNITS[PAIR_METRIC], True, f"bus bandwidth of the pair's 2-node {test}, the "
-                      "highest over message sizes (busbw_max)", rows="node", columns="peer")  # fmt: skip
+                      "highest over message sizes (busbw_max)", rows="node", columns="peer",
+                      symmetric=True)  # fmt: skip
 
 
 def pair_flows(metrics: list[Metric]) -> localise.Flows:
