@@ -26,7 +26,7 @@ Layout of the lab directory (``settings.RACKBENCH["LAB_DIR"]``)::
     nodes/labN/sshd_config        rewritten each time the node starts
     nodes/labN/ssh_host_ed25519_key{,.pub}   generated once, kept across down/up so pinned keys stay valid
     nodes/labN/sshd.pid, sshd.log
-    nodes/labN/cpuhog.pid         the CPU hog of ``lab_degrade(cpu=True)``, while it runs
+    nodes/labN/cpuhog.pid         the CPU hog of ``lab_degrade(cpu=...)`` where no cpu cgroup can be made
 
 Run as root, the nodes log in as the system user ``rackbench-lab`` (shell ``/bin/sh``, home
 ``/var/lib/rackbench-lab``, scratch in ``~/scratch``), which sudoers allows exactly one thing: writing
@@ -39,6 +39,8 @@ the host's name in their path. This module touches no database; ``manage.py lab`
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import fcntl
 import ipaddress
 import json
@@ -107,6 +109,7 @@ class LabNode:
     network: str = LOOPBACK  # LOOPBACK or NETNS
     namespace: str = ""  # the node's network namespace (NETNS)
     link: str = ""  # this machine's end of the node's veth pair (NETNS): where tc shapes what the node receives
+    cpu_fault: str = ""  # what lab_degrade(cpu=...) did, in words
 
 
 @dataclass(frozen=True)
@@ -236,8 +239,11 @@ def lab_down(*, lab_dir: Path | None = None) -> int:
         for index in _node_indexes(root):
             _node_dir(root, index).joinpath("sshd.pid").unlink(missing_ok=True)
             _node_dir(root, index).joinpath("cpuhog.pid").unlink(missing_ok=True)
+            _node_dir(root, index).joinpath("cpucap").unlink(missing_ok=True)
         endpoints = _read_endpoints(root)
         if endpoints is not None and endpoints.network == NETNS:
+            for index in _node_indexes(root):
+                _cpu_uncap(_node(root, index, endpoints).namespace)
             _remove_network(endpoints, _node_indexes(root))
     return len(listeners)
 
@@ -270,11 +276,17 @@ def lab_degrade(
     rate: str | None = None,
     delay: str | None = None,
     loss: str | None = None,
-    cpu: bool = False,
+    cpu: bool | str = False,
     lab_dir: Path | None = None,
 ) -> LabNode:
     """Make one node of a netns lab worse: its link (tc, both directions: ``rate`` like 300mbit, ``delay`` like
-    2ms, ``loss`` like 0.5%), and/or its CPU (``cpu``: a busy loop in the node's namespace, pinned to one core).
+    2ms, ``loss`` like 0.5%), and/or its CPU (``cpu``: True or a share like "25%").
+
+    The CPU fault caps the node alone: its sshd, and so every session and job it starts from then on, goes into a
+    cpu cgroup of its own allowed that share of one core (``DEFAULT_CPU_SHARE``), as if a hog took the rest. The
+    lab's nodes share this machine's cores, so a busy loop would slow every node alike; the cap slows this one.
+    Where no cpu cgroup can be made (no cgroup v1 cpu controller or v2 ``cpu.max`` writable here), a busy loop
+    pinned to one core in the node's namespace stands in, and the returned node's ``cpu_fault`` says which.
 
     A link fault replaces the node's previous one. ``rate`` alone is a token bucket filter (tbf); ``delay`` or
     ``loss`` need netem, which some kernels lack: that is then an error naming it. Values are checked here and
@@ -282,6 +294,7 @@ def lab_degrade(
     """
     if rate is None and delay is None and loss is None and not cpu:
         raise LabError("say what to degrade: --rate, --delay, --loss and/or --cpu")
+    share = (DEFAULT_CPU_SHARE if cpu is True else _cpu_share(str(cpu))) if cpu else None
     qdisc = _qdisc(rate=rate, delay=delay, loss=loss) if (rate or delay or loss) else None
     root = _root(lab_dir)
     with _locked(root):
@@ -295,8 +308,16 @@ def lab_degrade(
                     )
                 if done.returncode != 0:
                     raise LabError(f"{name}: tc could not shape {device}: {done.stderr.strip()}")
-        if cpu:
-            _start_cpu_hog(root, node)
+        if share is not None:
+            node_dir = _node_dir(root, node.index)
+            listener = _listener_pid(node_dir)
+            if listener is None:
+                raise LabError(f"{name}: its sshd is not running (lab up starts it)")
+            if _cpu_cap(node.namespace, listener, share):
+                node_dir.joinpath("cpucap").write_text(f"{share:g}\n")
+            else:
+                _start_cpu_hog(root, node)
+            return dataclasses.replace(node, cpu_fault=_cpu_fault(node_dir))
         return node
 
 
@@ -313,6 +334,8 @@ def lab_heal(name: str | None = None, *, lab_dir: Path | None = None) -> list[st
             _run(["tc", "qdisc", "del", "dev", node.link, "root"], check=False)  # absent: nothing to undo
             _run(["ip", "netns", "exec", node.namespace, "tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
             _stop_cpu_hog(root, node)
+            _cpu_uncap(node.namespace)
+            _node_dir(root, node.index).joinpath("cpucap").unlink(missing_ok=True)
         return names
 
 
@@ -408,7 +431,15 @@ def _node(root: Path, index: int, endpoints: _Endpoints) -> LabNode:
         network=endpoints.network,
         namespace=endpoints.namespace(index),
         link=endpoints.link(index),
+        cpu_fault=_cpu_fault(node_dir),
     )
+
+
+def _cpu_fault(node_dir: Path) -> str:
+    cap = node_dir / "cpucap"
+    if cap.exists():
+        return f"cgroup cap {float(cap.read_text()):.0%} of a core"
+    return "busy loop pinned to one core" if (node_dir / "cpuhog.pid").exists() else ""
 
 
 # --- login account and keys -------------------------------------------------------------------
@@ -556,6 +587,9 @@ def _ensure_node(root: Path, index: int, endpoints: _Endpoints, account: LabAcco
     config.write_text(_sshd_config(root, node_dir, address, endpoints.port, account.user))
     (node_dir / "sshd.pid").unlink(missing_ok=True)
     _start_sshd(node_dir, address, endpoints.port, namespace=endpoints.namespace(index))
+    cap, listener = node_dir / "cpucap", _listener_pid(node_dir)
+    if cap.exists() and listener is not None:  # a node restarted while degraded keeps its CPU fault
+        _cpu_cap(endpoints.namespace(index), listener, float(cap.read_text()))
 
 
 def _sshd_config(root: Path, node_dir: Path, address: str, port: int, user: str) -> str:
@@ -746,6 +780,86 @@ def _qdisc(*, rate: str | None, delay: str | None, loss: str | None) -> list[str
         if value is not None:
             words += [word, value]
     return words
+
+
+# --- CPU faults ----------------------------------------------------------------------------------------------
+
+DEFAULT_CPU_SHARE = 0.25  # of one core
+_CFS_PERIOD_US = 100_000
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def _cpu_share(text: str) -> float:
+    """A share of one core: "25%" or "0.25", more than 0 and at most 1."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(%?)", str(text).strip())
+    if match is None:
+        raise LabError(f"--cpu {text!r}: a share of one core, like 25% or 0.25")
+    share = float(match.group(1)) / (100 if match.group(2) else 1)
+    if not 0 < share <= 1:
+        raise LabError(f"--cpu {text!r}: must be more than 0% and at most 100% of a core")
+    return share
+
+
+def _cpu_controller() -> tuple[Path, str] | None:
+    """Where cpu cgroups are made here and their kind: cgroup v1's cpu controller, else a v2 hierarchy with cpu."""
+    v1 = _CGROUP_ROOT / "cpu"
+    if (v1 / "cpu.cfs_quota_us").exists() and os.access(v1, os.W_OK):
+        return v1, "v1"
+    for v2 in (_CGROUP_ROOT, _CGROUP_ROOT / "unified"):
+        controllers = v2 / "cgroup.controllers"
+        if controllers.exists() and "cpu" in controllers.read_text().split() and os.access(v2, os.W_OK):
+            return v2, "v2"
+    return None
+
+
+def _cpu_cap(namespace: str, pid: int, share: float) -> bool:
+    """Put ``pid`` (the node's sshd) in a cpu cgroup named after the node, capped at ``share`` of one core; what it
+    starts afterwards inherits the cgroup. False where no cpu cgroup can be made."""
+    found = _cpu_controller()
+    if found is None:
+        return False
+    base, kind = found
+    group = base / namespace
+    quota = max(1000, int(share * _CFS_PERIOD_US))
+    try:
+        group.mkdir(exist_ok=True)
+        if kind == "v1":
+            (group / "cpu.cfs_period_us").write_text(str(_CFS_PERIOD_US))
+            (group / "cpu.cfs_quota_us").write_text(str(quota))
+        else:
+            (base / "cgroup.subtree_control").write_text("+cpu")
+            (group / "cpu.max").write_text(f"{quota} {_CFS_PERIOD_US}")
+        (group / "cgroup.procs").write_text(str(pid))
+    except OSError as exc:
+        logger.warning("lab: no cpu cgroup for %s (%s); a busy loop stands in", namespace, exc)
+        _cpu_uncap(namespace)
+        return False
+    return True
+
+
+def _cpu_uncap(namespace: str) -> None:
+    """Move whatever runs in the node's cpu cgroup back to the root group and remove the group (absent: nothing)."""
+    found = _cpu_controller()
+    if found is None:
+        return
+    base, _ = found
+    group = base / namespace
+    if not group.is_dir():
+        return
+    for _attempt in range(20):  # a process may fork while its siblings are moved
+        try:
+            pids = group.joinpath("cgroup.procs").read_text().split()
+        except OSError:
+            return
+        for pid in pids:
+            with contextlib.suppress(OSError):  # gone meanwhile
+                (base / "cgroup.procs").write_text(pid)
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            time.sleep(0.05)
+    logger.warning("lab: could not remove the cpu cgroup %s", group)
 
 
 def _start_cpu_hog(root: Path, node: LabNode) -> None:

@@ -94,10 +94,51 @@ def test_iperf3_through_a_degraded_link_gets_the_rate_tc_allows_until_healed(net
     assert elsewhere > 400 and healed > 400
 
 
-def test_a_cpu_fault_runs_a_hog_pinned_in_the_node_until_healed(netns_lab_dir: Path) -> None:
-    lab.lab_degrade("lab3", cpu=True, lab_dir=netns_lab_dir)
+BUSY = (
+    'python3 -c "import time\nt, c = time.monotonic(), time.process_time()\n'
+    'while time.monotonic() - t < 1.5: pass\nprint(time.process_time() - c, time.monotonic() - t)"'
+    "; cat /proc/self/cgroup"
+)
+
+
+def busy_share(node: lab.LabNode, account: lab.LabAccount) -> tuple[float, str]:
+    """A 1.5 s busy loop started over SSH in the node: the share of a core it got, and its cgroups."""
+    done = ssh(node, account, BUSY)
+    assert done.returncode == 0, done.stderr
+    first, *cgroups = done.stdout.splitlines()
+    cpu, wall = (float(x) for x in first.split())
+    return cpu / wall, "\n".join(cgroups)
+
+
+def test_a_cpu_fault_caps_the_node_alone_until_healed(netns_lab_dir: Path) -> None:
+    nodes, account = nodes_of(netns_lab_dir), lab.lab_account(lab_dir=netns_lab_dir)
+    namespace = nodes["lab3"].namespace
+    degraded = lab.lab_degrade("lab3", cpu="2%", lab_dir=netns_lab_dir)
+    try:
+        assert degraded.cpu_fault == "cgroup cap 2% of a core", "this machine has a writable cpu cgroup controller"
+        share, cgroups = busy_share(nodes["lab3"], account)
+        _, elsewhere = busy_share(nodes["lab1"], account)
+        group = Path("/sys/fs/cgroup/cpu") / namespace
+        throttled = dict(line.split() for line in (group / "cpu.stat").read_text().splitlines())
+        assert nodes_of(netns_lab_dir)["lab3"].cpu_fault == "cgroup cap 2% of a core"  # lab status says so
+    finally:
+        lab.lab_heal("lab3", lab_dir=netns_lab_dir)
+    assert f"/{namespace}" in cgroups and namespace not in elsewhere  # its sessions in its group, others not
+    assert share < 0.05, f"the capped node's busy loop got {share:.0%} of a core"
+    assert int(throttled["nr_throttled"]) > 0
+    assert not group.exists() and nodes_of(netns_lab_dir)["lab3"].cpu_fault == ""
+    _, healed = busy_share(nodes["lab3"], account)
+    assert namespace not in healed
+
+
+def test_without_a_cpu_cgroup_the_cpu_fault_is_a_hog_pinned_in_the_node(
+    netns_lab_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lab, "_cpu_controller", lambda: None)  # as on a machine whose cgroups are read-only
+    degraded = lab.lab_degrade("lab3", cpu=True, lab_dir=netns_lab_dir)
     pid_file = netns_lab_dir / "nodes" / "lab3" / "cpuhog.pid"
     try:
+        assert degraded.cpu_fault == "busy loop pinned to one core"
         pid = int(pid_file.read_text())
         # ip netns exec, then taskset, exec into the loop with the same pid
         wait_for(lambda: Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sh\0"), timeout=5)
@@ -117,6 +158,9 @@ def test_a_cpu_fault_runs_a_hog_pinned_in_the_node_until_healed(netns_lab_dir: P
         ({"rate": "-1mbit"}, "--rate"),
         ({"delay": "2 ms"}, "--delay"),
         ({"loss": "150%"}, "--loss"),
+        ({"cpu": "0%"}, "--cpu"),
+        ({"cpu": "150%"}, "--cpu"),
+        ({"cpu": "half"}, "--cpu"),
         ({}, "--rate"),
     ],
 )

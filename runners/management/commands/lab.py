@@ -64,7 +64,15 @@ class Command(BaseCommand):
         degrade.add_argument("--rate", help="link rate, e.g. 300mbit (tbf)")
         degrade.add_argument("--delay", help="added delay, e.g. 2ms (netem)")
         degrade.add_argument("--loss", help="packet loss, e.g. 0.5%% (netem)")
-        degrade.add_argument("--cpu", action="store_true", help="run a CPU hog pinned to one core in the node")
+        degrade.add_argument(
+            "--cpu",
+            nargs="?",
+            const=True,
+            default=False,
+            metavar="SHARE",
+            help="cap the node's processes at SHARE of one core (default 25%%) with a cpu cgroup, as if a hog took "
+            "the rest; a busy loop pinned to one core where no cgroup can be made",
+        )
         heal = actions.add_parser("heal", help="remove the faults of one node, or of every node")
         heal.add_argument("node", nargs="?", help="the node (default: every node)")
 
@@ -88,7 +96,8 @@ class Command(BaseCommand):
                     loss=options["loss"],
                     cpu=options["cpu"],
                 )
-                self.stdout.write(f"{node.name} degraded.")
+                fault = f" (CPU: {node.cpu_fault})" if node.cpu_fault else ""
+                self.stdout.write(f"{node.name} degraded{fault}.")
             elif action == "heal":
                 healed = lab.lab_heal(options["node"])
                 self.stdout.write(f"Healed {', '.join(healed) or 'nothing'}.")
@@ -143,6 +152,7 @@ class Command(BaseCommand):
                     "running": n.running,
                     "network": n.network,
                     "namespace": n.namespace,
+                    "cpu_fault": n.cpu_fault,
                 }
                 for n in nodes
             ]
