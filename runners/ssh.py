@@ -408,13 +408,15 @@ def fan_out(
     fn: Callable[[T], R],
     *,
     workers: int = 64,
+    on_thread_start: Callable[[], None] | None = None,
     on_thread_exit: Callable[[], None] | None = None,
 ) -> list[R | BaseException]:
     """Call ``fn`` on every item in a bounded pool of threads; each slot holds a result or the exception raised.
 
-    ``on_thread_exit`` runs in each pool thread once it has no more items, before the call returns: the place to
-    give back what the thread opened for itself (its database connections). A single item is called in the
-    caller's thread, without it."""
+    ``on_thread_start`` runs in each pool thread before its first item (the place to set the thread up: no database
+    connection of its own, say), ``on_thread_exit`` once it has no more items, before the call returns (the place
+    to give back what the thread opened for itself). A single item is called in the caller's thread, without
+    either."""
     items = list(items)
     if not items:
         return []
@@ -426,6 +428,8 @@ def fan_out(
 
     def work() -> None:
         try:
+            if on_thread_start is not None:
+                on_thread_start()
             while True:
                 with take:
                     index = next(indexes, None)
