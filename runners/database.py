@@ -14,6 +14,8 @@ peaked at 66 after). Here such threads hold none:
 
 A process therefore holds at most RACKBENCH_DB_POOL_SIZE + 1 connections: the pool's and that of the thread that
 runs its task (or request). ``call`` from any other thread runs the work in that thread, on its own connection.
+Work handed to the pool is short database work: it must not itself wait for SSH threads (they could be waiting for
+the pool).
 """
 
 from __future__ import annotations
@@ -63,14 +65,6 @@ def refuse_connections() -> None:
     for alias in db.connections:
         db.connections[alias] = _Refused(alias)  # type: ignore[assignment]  # a stand-in, on purpose
     _marks.refused = True
-
-
-def allow_connections() -> None:
-    """Undo ``refuse_connections`` (a pool thread that goes on living, or a test)."""
-    for alias in db.connections:
-        if isinstance(db.connections[alias], _Refused):
-            del db.connections[alias]
-    _marks.refused = False
 
 
 def refused() -> bool:

@@ -150,9 +150,17 @@ class Timeouts:
 class Pool:
     """Open SSH connections, reused across commands; safe to use from several threads."""
 
-    def __init__(self, store: HostKeyStore, timeouts: Timeouts | None = None) -> None:
+    def __init__(
+        self,
+        store: HostKeyStore,
+        timeouts: Timeouts | None = None,
+        *,
+        disabled_algorithms: dict[str, list[str]] | None = None,
+    ) -> None:
+        """``disabled_algorithms``: paramiko's, e.g. {"kex": [...]} to hold every connection to one key exchange."""
         self.store = store
         self.timeouts = timeouts or Timeouts()
+        self.disabled_algorithms = disabled_algorithms
         self._clients: dict[Endpoint, paramiko.SSHClient] = {}
         self._opened: dict[Endpoint, float] = {}  # monotonic time each pooled connection was opened
         # Connections past their age, closed once whatever still uses them has had its command timeout to finish.
@@ -221,6 +229,7 @@ class Pool:
                 channel_timeout=t.connect,
                 allow_agent=False,
                 look_for_keys=False,
+                disabled_algorithms=self.disabled_algorithms,
             )
         except paramiko.BadHostKeyException as exc:
             sock.close()
