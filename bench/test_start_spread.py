@@ -16,8 +16,9 @@ Real worker, real PostgreSQL and Redis, and a lab of its own (RACKBENCH_BENCH_PO
 - the peak of the connections to the bench database during the run (sampled every 50 ms): the worker's, and one
   of this process's own;
 - the worker's processes during the run (its main process and its pool's, sampled every 200 ms from /proc): the
-  peak of their resident memory summed, the peak of the largest one's, and the most database connections one of
-  them held at once (its TCP sockets to PostgreSQL's port; runners.database bounds it to RACKBENCH_DB_POOL_SIZE + 1);
+  peak of their resident memory summed, the peak of the largest one's, the peak of their proportional set size
+  summed (shared pages counted once: what they take together), and the most database connections one of them held
+  at once (its TCP sockets to PostgreSQL's port; runners.database bounds it to RACKBENCH_DB_POOL_SIZE + 1);
 - the load average as the run ended.
 
 For 1,000 nodes (it loads a 2-core machine to a load average of ~130 for minutes: run it alone)::
@@ -108,11 +109,16 @@ def process_tree(root: int) -> list[int]:
     return tree
 
 
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
+def memory_bytes(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) of the process: PSS shares each page among the processes that map it (a forked pool's children
+    share much of their parent's memory), so the PSS of a worker's processes add up to what they take together."""
+    rss = pss = 0
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Rss:"):
+            rss = int(line.split()[1]) * 1024
+        elif line.startswith("Pss:"):
+            pss = int(line.split()[1]) * 1024
+    return rss, pss
 
 
 def sockets_to(port: int) -> set[int]:
@@ -147,6 +153,7 @@ class WorkerPeak:
         self.db_port = int(connection.settings_dict["PORT"] or 5432)
         self.rss_sum = 0
         self.rss_max = 0
+        self.pss_sum = 0
         self.processes = 0
         self.db_per_process = 0
         self.stop = threading.Event()
@@ -155,15 +162,18 @@ class WorkerPeak:
     def sample(self) -> None:
         while not self.stop.wait(0.2):
             to_db = sockets_to(self.db_port)
-            sizes = []
+            sizes, shares = [], []
             for pid in process_tree(self.root):
                 try:
-                    sizes.append(rss_bytes(pid))
+                    rss, pss = memory_bytes(pid)
                     self.db_per_process = max(self.db_per_process, len(socket_inodes(pid) & to_db))
                 except OSError:  # the process ended meanwhile
                     continue
+                sizes.append(rss)
+                shares.append(pss)
             self.rss_sum = max(self.rss_sum, sum(sizes))
             self.rss_max = max(self.rss_max, max(sizes, default=0))
+            self.pss_sum = max(self.pss_sum, sum(shares))
             self.processes = max(self.processes, len(sizes))
 
     def __enter__(self) -> WorkerPeak:
@@ -211,6 +221,7 @@ def measure(size: int, environment: dict[str, str], worker: Worker) -> dict[str,
         "worker processes": float(processes.processes),
         "worker RSS peak, sum (MiB)": processes.rss_sum / 2**20,
         "worker RSS peak, largest process (MiB)": processes.rss_max / 2**20,
+        "worker PSS peak, sum (MiB)": processes.pss_sum / 2**20,
         "DB connections, most in one process": float(processes.db_per_process),
         "load average (1 min) at the end": os.getloadavg()[0],
     }

@@ -20,6 +20,7 @@ the pool).
 
 from __future__ import annotations
 
+import atexit
 import os
 import queue
 import threading
@@ -155,5 +156,8 @@ def pool_close() -> None:
     global _pool
     with _pool_lock:
         pool, _pool = _pool, None
-    if pool is not None:
+    if pool is not None and _pool_pid == os.getpid():  # a forked child has none of the parent's threads to stop
         pool.close()
+
+
+atexit.register(pool_close)  # a command that ends closes the pool's connections instead of dropping them
