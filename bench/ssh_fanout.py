@@ -126,12 +126,17 @@ def host_keys(
     from runners import database, remote
 
     def forget() -> object:
+        database.pool_close()  # its threads start with the fan-out, as in a worker whose pool sat idle
         return HostKey.objects.filter(port=nodes[0].port, address__in=[n.address for n in nodes]).delete()
 
     return remote.DatabaseHostKeys, forget, database.refuse_connections
 
 
-def profile_first_contact(endpoints: list[ssh.Endpoint], pkey: paramiko.PKey) -> None:
+def profile_first_contact(
+    endpoints: list[ssh.Endpoint],
+    pkey: paramiko.PKey,
+    keys: tuple[Callable[[], ssh.HostKeyStore], Callable[[], object], Callable[[], None] | None],
+) -> None:
     """One first contact with every thread profiled (threading.setprofile starts a profiler in each new thread)."""
     profiles: list[cProfile.Profile] = []
     lock = threading.Lock()
@@ -142,12 +147,14 @@ def profile_first_contact(endpoints: list[ssh.Endpoint], pkey: paramiko.PKey) ->
             profiles.append(profile)
         profile.enable()  # replaces this hook in the thread
 
-    pool = ssh.Pool(MemoryKeys(), disabled_algorithms=one_kex())
+    store, forget, on_thread_start = keys
+    forget()
+    pool = ssh.Pool(store(), disabled_algorithms=one_kex())
     main = cProfile.Profile(time.thread_time)
     threading.setprofile(start)
     main.enable()
     try:
-        ssh.fan_out(endpoints, lambda e: pool.run(e, pkey, "true"), workers=64)
+        ssh.fan_out(endpoints, lambda e: pool.run(e, pkey, "true"), workers=64, on_thread_start=on_thread_start)
     finally:
         main.disable()
         threading.setprofile(None)
@@ -158,7 +165,7 @@ def profile_first_contact(endpoints: list[ssh.Endpoint], pkey: paramiko.PKey) ->
         stats.add(profile)
     print(f"\nfirst contact to {len(endpoints)} nodes under cProfile, every thread, in CPU time; by own time:")
     stats.sort_stats("tottime").print_stats(25)
-    stats.sort_stats("cumulative").print_stats("paramiko|runners", 30)
+    stats.sort_stats("cumulative").print_stats("paramiko|runners|django|psycopg", 40)
 
 
 def main() -> None:
@@ -253,7 +260,7 @@ def main() -> None:
         print(f"rackbench / {args.peer}: wall {wall_ratio:.2f}x, client CPU {cpu_ratio:.2f}x")
 
         if args.profile:
-            profile_first_contact(endpoints, pkey)
+            profile_first_contact(endpoints, pkey, host_keys(args.hostkeys, nodes))
 
         pool = ssh.Pool(MemoryKeys(), disabled_algorithms=one_kex())
 
