@@ -14,7 +14,17 @@ Real worker, real PostgreSQL and Redis, and a lab of its own (RACKBENCH_BENCH_PO
 - collect: from the last host's exit code file to the run's finished_at (noticing the end, reading every host,
   storing);
 - the peak of the connections to the bench database during the run (sampled every 50 ms): the worker's, and one
-  of this process's own.
+  of this process's own;
+- the worker's processes during the run (its main process and its pool's, sampled every 200 ms from /proc): the
+  peak of their resident memory summed, the peak of the largest one's, the peak of their proportional set size
+  summed (shared pages counted once: what they take together), and the most database connections one of them held
+  at once (its TCP sockets to PostgreSQL's port; runners.database bounds it to RACKBENCH_DB_POOL_SIZE + 1);
+- the load average as the run ended.
+
+For 1,000 nodes (it loads a 2-core machine to a load average of ~130 for minutes: run it alone)::
+
+    RACKBENCH_BENCH_NODES=1000 PYTHONPATH=. .venv/bin/pytest -p tests.conftest -m drill -s -o timeout=3600 \
+        bench/test_start_spread.py
 """
 
 from __future__ import annotations
@@ -82,13 +92,106 @@ class ConnectionPeak:
         self.thread.join()
 
 
-def measure(size: int, environment: dict[str, str]) -> dict[str, float]:
+def process_tree(root: int) -> list[int]:
+    """``root`` and its descendants."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, []))
+    return tree
+
+
+def memory_bytes(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) of the process: PSS shares each page among the processes that map it (a forked pool's children
+    share much of their parent's memory), so the PSS of a worker's processes add up to what they take together."""
+    rss = pss = 0
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Rss:"):
+            rss = int(line.split()[1]) * 1024
+        elif line.startswith("Pss:"):
+            pss = int(line.split()[1]) * 1024
+    return rss, pss
+
+
+def sockets_to(port: int) -> set[int]:
+    """The inodes of this network namespace's TCP sockets connected to ``port``."""
+    inodes: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[2].rsplit(":", 1)[1], 16) == port:
+                inodes.add(int(fields[9]))
+    return inodes
+
+
+def socket_inodes(pid: int) -> set[int]:
+    found: set[int] = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            found.add(int(target[8:-1]))
+    return found
+
+
+class WorkerPeak:
+    """The worker's processes (sampled every 200 ms): peak resident memory, summed and of the largest, and the most
+    database connections one process held at once."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.db_port = int(connection.settings_dict["PORT"] or 5432)
+        self.rss_sum = 0
+        self.rss_max = 0
+        self.pss_sum = 0
+        self.processes = 0
+        self.db_per_process = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+
+    def sample(self) -> None:
+        while not self.stop.wait(0.2):
+            to_db = sockets_to(self.db_port)
+            sizes, shares = [], []
+            for pid in process_tree(self.root):
+                try:
+                    rss, pss = memory_bytes(pid)
+                    self.db_per_process = max(self.db_per_process, len(socket_inodes(pid) & to_db))
+                except OSError:  # the process ended meanwhile
+                    continue
+                sizes.append(rss)
+                shares.append(pss)
+            self.rss_sum = max(self.rss_sum, sum(sizes))
+            self.rss_max = max(self.rss_max, max(sizes, default=0))
+            self.pss_sum = max(self.pss_sum, sum(shares))
+            self.processes = max(self.processes, len(sizes))
+
+    def __enter__(self) -> WorkerPeak:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def measure(size: int, environment: dict[str, str], worker: Worker) -> dict[str, float]:
     name = f"spread-{size}-{time.monotonic_ns()}"
     data = {"name": name, "kind": "command", "nodes": [f"lab{i}" for i in range(1, size + 1)], "repetitions": 1,
             "fixed": {"command": "uname", "args": "-r"}, "cache": {"flush_clients": False},
             "timeout": 600}  # fmt: skip
     campaign = services.campaign_apply(data=data)
-    with ConnectionPeak() as peak:
+    with ConnectionPeak() as peak, WorkerPeak(worker.proc.pid) as processes:
         subprocess.run([sys.executable, "manage.py", "campaign", "run", name], cwd=ROOT, env=environment,
                        check=True, timeout=120)  # fmt: skip
         finished(campaign, timeout=900)
@@ -115,6 +218,12 @@ def measure(size: int, environment: dict[str, str]) -> dict[str, float]:
         "start spread recorded (s)": float((run.provenance.get("start") or {}).get("spread_s", float("nan"))),
         "collect: last exit to finished (s)": run.finished_at.timestamp() - max(ends),
         "PostgreSQL connections peak": float(peak.peak),
+        "worker processes": float(processes.processes),
+        "worker RSS peak, sum (MiB)": processes.rss_sum / 2**20,
+        "worker RSS peak, largest process (MiB)": processes.rss_max / 2**20,
+        "worker PSS peak, sum (MiB)": processes.pss_sum / 2**20,
+        "DB connections, most in one process": float(processes.db_per_process),
+        "load average (1 min) at the end": os.getloadavg()[0],
     }
 
 
@@ -138,7 +247,7 @@ def test_start_spread(transactional_db: None) -> None:
             print(f"\nlab of {size} nodes up and registered in {time.perf_counter() - began:.0f} s", flush=True)
             if worker is None:
                 worker = Worker("bench-spread", environment)
-            figures[size] = measure(size, environment)
+            figures[size] = measure(size, environment, worker)
             print(figures[size], flush=True)
     finally:
         if worker is not None:

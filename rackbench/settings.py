@@ -280,6 +280,8 @@ RACKBENCH: dict[str, Any] = {
     # Seconds a pooled SSH connection is reused; the next use opens a new one, which checks the pinned host key again.
     "SSH_MAX_AGE": env_float("RACKBENCH_SSH_MAX_AGE", 300.0, minimum=0.0),
     "SSH_FANOUT": env_int("RACKBENCH_SSH_FANOUT", 64, minimum=1),
+    # Database connections a process's SSH threads share (runners/database.py): a process holds at most this + 1.
+    "DB_POOL_SIZE": env_int("RACKBENCH_DB_POOL_SIZE", 4, minimum=1),
     "POLL_INTERVAL": env_float("RACKBENCH_POLL_INTERVAL", 2.0, minimum=0.05),
     "POLL_WAIT": env_float("RACKBENCH_POLL_WAIT", 10.0, minimum=0.0),
     "RETRY_MAX": env_int("RACKBENCH_RETRY_MAX", 3, minimum=0),

@@ -25,7 +25,7 @@ from django.db import transaction
 
 from inventory import services
 from inventory.models import Node
-from runners import remote, ssh
+from runners import database, remote, ssh
 
 MARKER = "@@rackbench-facts:"
 NVIDIA_SMI_FIELDS = ("name", "memory.total", "driver_version", "pci.bus_id")
@@ -99,10 +99,14 @@ def collect_facts(node: Node) -> dict[str, Any]:
         facts = parse_facts(result.stdout)
     except FactsError as exc:
         raise ssh.PermanentSSHError(target.endpoint, str(exc)) from None
+    database.call(_store, node, facts)  # from a fan-out thread too (dispatch.refresh_facts): on the bounded pool
+    return facts
+
+
+def _store(node: Node, facts: dict[str, Any]) -> None:
     with transaction.atomic():
         services.node_store_facts(node=node, facts=facts)
         services.node_sync_interfaces(node=node, nics=facts["nics"])
-    return facts
 
 
 def split_sections(output: str) -> dict[str, str]:

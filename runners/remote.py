@@ -30,26 +30,36 @@ from dataclasses import dataclass
 from typing import Any
 
 import paramiko
-from django import db
 from django.conf import settings
 
 from campaigns import plan
 from inventory.crypto import decrypt
 from inventory.models import Credential, HostKey, Node, StorageSystem
 from inventory.services import hostkey_pin
-from runners import ssh
+from runners import database, ssh
 
 
 class DatabaseHostKeys:
-    """Pinned host keys in the HostKey table."""
+    """Pinned host keys in the HostKey table.
+
+    Looked up on every new connection, from the SSH fan-out's threads too: through ``database.call``, so on the
+    process's bounded pool of connections."""
 
     def pinned(self, address: str, port: int) -> tuple[str, str] | None:
-        row = HostKey.objects.filter(address=address, port=port).values_list("key_type", "key_base64").first()
-        return (row[0], row[1]) if row else None
+        return database.call(_pinned, address, port)
 
     def pin(self, address: str, port: int, key_type: str, key_base64: str) -> tuple[str, str]:
-        row = hostkey_pin(address=address, port=port, key_type=key_type, key_base64=key_base64)
-        return row.key_type, row.key_base64
+        return database.call(_pin, address, port, key_type, key_base64)
+
+
+def _pinned(address: str, port: int) -> tuple[str, str] | None:
+    row = HostKey.objects.filter(address=address, port=port).values_list("key_type", "key_base64").first()
+    return (row[0], row[1]) if row else None
+
+
+def _pin(address: str, port: int, key_type: str, key_base64: str) -> tuple[str, str]:
+    row = hostkey_pin(address=address, port=port, key_type=key_type, key_base64=key_base64)
+    return row.key_type, row.key_base64
 
 
 _pool: ssh.Pool | None = None
@@ -430,12 +440,8 @@ def job_output(target: Target, job_dir: str, *, limit: int | None = None) -> tup
 
 
 def fan_out(items: list[Any], fn: Callable[[Any], Any]) -> list[Any]:
-    """``ssh.fan_out`` bounded by RACKBENCH_SSH_FANOUT: how every step of a run reaches its hosts."""
-    return ssh.fan_out(items, fn, workers=settings.RACKBENCH["SSH_FANOUT"], on_thread_exit=close_thread_connections)
+    """``ssh.fan_out`` bounded by RACKBENCH_SSH_FANOUT: how every step of a run reaches its hosts.
 
-
-def close_thread_connections() -> None:
-    """Close the calling thread's database connections (Django keeps them per thread). A fan-out thread that touched
-    the database does this as it ends: left to the garbage collector, a 64-node run held a hundred of them, past
-    PostgreSQL's default limit."""
-    db.connections.close_all()
+    Its threads do SSH only: they open no database connection, and what database work ``fn`` has goes through
+    ``database.call`` (the process's RACKBENCH_DB_POOL_SIZE connections), however many threads there are."""
+    return ssh.fan_out(items, fn, workers=settings.RACKBENCH["SSH_FANOUT"], on_thread_start=database.refuse_connections)

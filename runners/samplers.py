@@ -44,7 +44,7 @@ from campaigns.models import Run
 from common.durations import duration_ns
 from plugins.tools import isi_statistics
 from plugins.tools import sampler as tool
-from runners import remote, ssh
+from runners import database, remote, ssh
 from telemetry import ingest
 from telemetry.models import DETAIL_SERIES
 from telemetry.services import CHUNK_SAMPLES, run_telemetry_note, run_telemetry_summarize
@@ -309,7 +309,10 @@ def collect(run: Run, hosts: list[RunTarget]) -> dict[str, Any]:
 
 def _fetched(hosts: list[RunTarget]) -> Iterator[tuple[RunTarget, Future[HostFiles]]]:
     """Each host with its files being fetched, a few hosts ahead of the caller (which stores one at a time)."""
-    with ThreadPoolExecutor(max_workers=FETCH_WINDOW, thread_name_prefix="telemetry") as pool:
+    # The fetch threads do SSH only: a reconnect's host key lookup goes through the bounded database pool.
+    with ThreadPoolExecutor(
+        max_workers=FETCH_WINDOW, thread_name_prefix="telemetry", initializer=database.refuse_connections
+    ) as pool:
         pending: deque[tuple[RunTarget, Future[HostFiles]]] = deque()
         for host in hosts:
             pending.append((host, pool.submit(_fetch, host)))

@@ -150,9 +150,17 @@ class Timeouts:
 class Pool:
     """Open SSH connections, reused across commands; safe to use from several threads."""
 
-    def __init__(self, store: HostKeyStore, timeouts: Timeouts | None = None) -> None:
+    def __init__(
+        self,
+        store: HostKeyStore,
+        timeouts: Timeouts | None = None,
+        *,
+        disabled_algorithms: dict[str, list[str]] | None = None,
+    ) -> None:
+        """``disabled_algorithms``: paramiko's, e.g. {"kex": [...]} to hold every connection to one key exchange."""
         self.store = store
         self.timeouts = timeouts or Timeouts()
+        self.disabled_algorithms = disabled_algorithms
         self._clients: dict[Endpoint, paramiko.SSHClient] = {}
         self._opened: dict[Endpoint, float] = {}  # monotonic time each pooled connection was opened
         # Connections past their age, closed once whatever still uses them has had its command timeout to finish.
@@ -221,6 +229,7 @@ class Pool:
                 channel_timeout=t.connect,
                 allow_agent=False,
                 look_for_keys=False,
+                disabled_algorithms=self.disabled_algorithms,
             )
         except paramiko.BadHostKeyException as exc:
             sock.close()
@@ -408,13 +417,15 @@ def fan_out(
     fn: Callable[[T], R],
     *,
     workers: int = 64,
+    on_thread_start: Callable[[], None] | None = None,
     on_thread_exit: Callable[[], None] | None = None,
 ) -> list[R | BaseException]:
     """Call ``fn`` on every item in a bounded pool of threads; each slot holds a result or the exception raised.
 
-    ``on_thread_exit`` runs in each pool thread once it has no more items, before the call returns: the place to
-    give back what the thread opened for itself (its database connections). A single item is called in the
-    caller's thread, without it."""
+    ``on_thread_start`` runs in each pool thread before its first item (the place to set the thread up: no database
+    connection of its own, say), ``on_thread_exit`` once it has no more items, before the call returns (the place
+    to give back what the thread opened for itself). A single item is called in the caller's thread, without
+    either."""
     items = list(items)
     if not items:
         return []
@@ -426,6 +437,8 @@ def fan_out(
 
     def work() -> None:
         try:
+            if on_thread_start is not None:
+                on_thread_start()
             while True:
                 with take:
                     index = next(indexes, None)

@@ -21,7 +21,6 @@ from typing import Any
 from celery import Task, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 
 from campaigns import services
@@ -30,7 +29,7 @@ from common.retry import Backoff
 from inventory.models import Node
 from inventory.services import node_clear_suspect, node_mark_suspect
 from plugins.benchmarks.base import ParamError
-from runners import execution, facts, remote, ssh
+from runners import database, execution, facts, remote, ssh
 from telemetry.tasks import enqueue_prometheus_pull
 
 log = logging.getLogger(__name__)
@@ -141,14 +140,13 @@ def _step_lease(run_id: int, status: list[str]) -> Iterator[str]:
 
 
 def _renew_lease(run_id: int, owner: str, seconds: float, stop: threading.Event) -> None:
+    database.refuse_connections()  # it renews on the process's bounded pool, holding no connection of its own
     try:
         while not stop.wait(seconds / 3):
-            if not services.run_lease_renew(run_id=run_id, owner=owner, seconds=seconds):
+            if not database.call(services.run_lease_renew, run_id=run_id, owner=owner, seconds=seconds):
                 return
     except Exception:  # noqa: BLE001 - a renewal that fails lets the lease run out; the step itself goes on
         log.warning("run %s: could not renew the step lease", run_id, exc_info=True)
-    finally:
-        connection.close()  # this thread's own database connection
 
 
 @shared_task(bind=True, max_retries=None, soft_time_limit=600, time_limit=660)

@@ -99,6 +99,16 @@ def group_alive(pgid: int | None) -> bool:
     return False
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None) -> Iterator[None]:
+    """pytest-django's test database, with the SSH threads' database pool (runners.database) closed before the
+    database is dropped: PostgreSQL refuses to drop a database that has connections."""
+    yield
+    from runners import database
+
+    database.pool_close()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_rate_counts() -> Iterator[None]:
     """The API's throttles count requests in the cache (per process here): each test starts with none counted."""
@@ -174,6 +184,33 @@ def lab(lab_dir: Path, transactional_db: None) -> dict[str, Any]:
     call_command("lab", "up", "--nodes", str(LAB_NODES), "--port", str(LAB_PORT), stdout=io.StringIO())
     nodes = {n.name: n for n in Node.objects.filter(tags__name="lab")}
     return {"nodes": nodes, "storage": StorageSystem.objects.get(name="lab-local"), "dir": lab_dir}
+
+
+WIDE_LAB_PORT = LAB_PORT + 3  # the netns lab has LAB_PORT + 1
+WIDE_LAB_NODES = 40
+
+
+@pytest.fixture(scope="session")
+def wide_lab_dir() -> Iterator[Path]:
+    """A lab of WIDE_LAB_NODES loopback sshd nodes (127.0.3.N) for the session: for fan-outs wider than the pools."""
+    from runners import lab
+
+    path = Path(tempfile.mkdtemp(prefix="rackbench-test-widelab-"))
+    path.chmod(0o755)
+    lab.lab_up(WIDE_LAB_NODES, port=WIDE_LAB_PORT, base_address="127.0.3.0", lab_dir=path)
+    yield path
+    lab.lab_down(lab_dir=path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def wide_lab(wide_lab_dir: Path, transactional_db: None, settings: Any) -> dict[str, Any]:
+    """The wide lab registered in this test's (transactional) database: nodes lab1..labN."""
+    from inventory.models import Node
+
+    settings.RACKBENCH = {**settings.RACKBENCH, "LAB_DIR": wide_lab_dir}
+    call_command("lab", "up", "--nodes", str(WIDE_LAB_NODES), stdout=io.StringIO(), stderr=io.StringIO())
+    return {"nodes": {n.name: n for n in Node.objects.filter(tags__name="lab")}, "dir": wide_lab_dir}
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ import pytest
 
 from inventory.models import HostKey
 from runners import remote, ssh
-from tests.conftest import group_alive, wait_for
+from tests.conftest import group_alive
 
 pytestmark = pytest.mark.lab
 
@@ -250,29 +250,28 @@ def test_the_pool_takes_its_connection_age_from_the_settings(settings: Any) -> N
 
 
 @pytest.mark.django_db(transaction=True)
-def test_fan_out_threads_give_their_database_connections_back() -> None:
-    """Each fan-out thread that touches the database opens a connection of its own; it is closed when the thread's
-    work ends, not left to the garbage collector (a 64-node run went past PostgreSQL's 100 connections)."""
-    from django.db import connection, connections
+def test_fan_out_threads_open_no_database_connection_and_hand_database_work_to_the_pool() -> None:
+    """A fan-out thread cannot open a connection of its own (a 64-node run once held a hundred of them, past
+    PostgreSQL's limit): direct use fails at once with a clear error, work passed to database.call is done."""
+    from django.db import connections
+    from django.db.backends.base.base import BaseDatabaseWrapper
 
     from inventory.models import Node
-
-    def open_connections() -> int:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
-            return int(cursor.fetchone()[0])
+    from runners import database
 
     used: list[Any] = []
 
-    def count_nodes(_: int) -> int:
-        used.append(connections["default"])  # this thread's own connection (Django keeps them per thread)
+    def directly(_: int) -> int:
+        used.append(connections["default"])
         return Node.objects.count()
 
-    before = open_connections()
-    assert remote.fan_out(list(range(16)), count_nodes) == [0] * 16
-    assert used and all(c.connection is None for c in used)  # closed by the time the fan-out returns
-    # The server ends a backend once its client has gone, a moment later.
-    wait_for(lambda: open_connections() <= before, timeout=10, what="the fan-out's connections to end")
+    failures = remote.fan_out(list(range(8)), directly)
+    answers = remote.fan_out(list(range(8)), lambda _: database.call(Node.objects.count))
+
+    assert all(isinstance(f, database.DatabaseInSSHThread) for f in failures)
+    assert "runners.database.call" in str(failures[0]) and "fan-out-" in str(failures[0])
+    assert used and not any(isinstance(c, BaseDatabaseWrapper) for c in used)  # stand-ins, never a connection
+    assert answers == [0] * 8
 
 
 def test_fan_out_runs_the_thread_exit_hook_in_every_pool_thread_before_it_returns() -> None:
