@@ -21,6 +21,10 @@ Real worker, real PostgreSQL and Redis, and a lab of its own (RACKBENCH_BENCH_PO
   at once (its TCP sockets to PostgreSQL's port; runners.database bounds it to RACKBENCH_DB_POOL_SIZE + 1);
 - the load average as the run ended.
 
+``RACKBENCH_BENCH_WORKERS=2`` starts two workers on the same broker (each with ``RACKBENCH_BENCH_CONCURRENCY``
+pool processes, default 3): a run's steps then go to whichever process takes them, and each process opens its own
+SSH connections to the hosts of the steps it runs (the figures add the SSH connections to the lab open at once).
+
 For 1,000 nodes (it loads a 2-core machine to a load average of ~130 for minutes: run it alone)::
 
     RACKBENCH_BENCH_NODES=1000 PYTHONPATH=. .venv/bin/pytest -p tests.conftest -m drill -s -o timeout=3600 \
@@ -54,6 +58,8 @@ from tests.conftest import ROOT, Worker, finished, purge_broker, spare_broker, w
 SIZES = [int(n) for n in os.environ.get("RACKBENCH_BENCH_NODES", "64,256").split(",")]
 PORT = int(os.environ.get("RACKBENCH_BENCH_PORT", "3000"))
 BASE = os.environ.get("RACKBENCH_BENCH_BASE", "127.0.40.0")
+WORKERS = int(os.environ.get("RACKBENCH_BENCH_WORKERS", "1"))  # workers on one broker sharing the run's steps
+CONCURRENCY = int(os.environ.get("RACKBENCH_BENCH_CONCURRENCY", "3"))  # each worker's pool processes
 
 
 def start_instant(remote_dir: str) -> float:
@@ -145,11 +151,12 @@ def socket_inodes(pid: int) -> set[int]:
 
 
 class WorkerPeak:
-    """The worker's processes (sampled every 200 ms): peak resident memory, summed and of the largest, and the most
-    database connections one process held at once."""
+    """The workers' processes (sampled every 200 ms): peak resident memory, summed and of the largest, the most
+    database connections one process held at once, and the most SSH connections to the lab open at once."""
 
-    def __init__(self, root: int) -> None:
-        self.root = root
+    def __init__(self, *roots: int) -> None:
+        self.roots = roots
+        self.ssh_connections = 0
         self.db_port = int(connection.settings_dict["PORT"] or 5432)
         self.rss_sum = 0
         self.rss_max = 0
@@ -162,8 +169,9 @@ class WorkerPeak:
     def sample(self) -> None:
         while not self.stop.wait(0.2):
             to_db = sockets_to(self.db_port)
+            self.ssh_connections = max(self.ssh_connections, len(sockets_to(PORT)))
             sizes, shares = [], []
-            for pid in process_tree(self.root):
+            for pid in (pid for root in self.roots for pid in process_tree(root)):
                 try:
                     rss, pss = memory_bytes(pid)
                     self.db_per_process = max(self.db_per_process, len(socket_inodes(pid) & to_db))
@@ -185,13 +193,13 @@ class WorkerPeak:
         self.thread.join()
 
 
-def measure(size: int, environment: dict[str, str], worker: Worker) -> dict[str, float]:
+def measure(size: int, environment: dict[str, str], workers: list[Worker]) -> dict[str, float]:
     name = f"spread-{size}-{time.monotonic_ns()}"
     data = {"name": name, "kind": "command", "nodes": [f"lab{i}" for i in range(1, size + 1)], "repetitions": 1,
             "fixed": {"command": "uname", "args": "-r"}, "cache": {"flush_clients": False},
             "timeout": 600}  # fmt: skip
     campaign = services.campaign_apply(data=data)
-    with ConnectionPeak() as peak, WorkerPeak(worker.proc.pid) as processes:
+    with ConnectionPeak() as peak, WorkerPeak(*(w.proc.pid for w in workers)) as processes:
         subprocess.run([sys.executable, "manage.py", "campaign", "run", name], cwd=ROOT, env=environment,
                        check=True, timeout=120)  # fmt: skip
         finished(campaign, timeout=900)
@@ -223,6 +231,7 @@ def measure(size: int, environment: dict[str, str], worker: Worker) -> dict[str,
         "worker RSS peak, largest process (MiB)": processes.rss_max / 2**20,
         "worker PSS peak, sum (MiB)": processes.pss_sum / 2**20,
         "DB connections, most in one process": float(processes.db_per_process),
+        "SSH connections to the lab, peak": float(processes.ssh_connections),
         "load average (1 min) at the end": os.getloadavg()[0],
     }
 
@@ -237,7 +246,7 @@ def test_start_spread(transactional_db: None) -> None:
     settings.RACKBENCH["LAB_DIR"] = lab_dir
     environment = worker_env(CELERY_BROKER_URL=broker, RACKBENCH_LAB_DIR=str(lab_dir), RACKBENCH_RETRY_MAX="3")
     AllowedCommand.objects.create(name="uname", program="uname", max_args=1, arg_pattern="-[r]")
-    worker = None
+    workers: list[Worker] = []
     figures: dict[int, dict[str, float]] = {}
     try:
         for size in SIZES:
@@ -245,17 +254,17 @@ def test_start_spread(transactional_db: None) -> None:
             call_command("lab", "up", "--nodes", str(size), "--port", str(PORT), "--base-address", BASE,
                          stdout=io.StringIO(), stderr=io.StringIO())  # fmt: skip
             print(f"\nlab of {size} nodes up and registered in {time.perf_counter() - began:.0f} s", flush=True)
-            if worker is None:
-                worker = Worker("bench-spread", environment)
-            figures[size] = measure(size, environment, worker)
+            if not workers:
+                workers = [Worker(f"bench-spread-{i}", environment, concurrency=CONCURRENCY) for i in range(WORKERS)]
+            figures[size] = measure(size, environment, workers)
             print(figures[size], flush=True)
     finally:
-        if worker is not None:
+        for worker in workers:
             worker.stop()
         purge_broker(broker)
         lab.lab_down(lab_dir=lab_dir)
         shutil.rmtree(lab_dir, ignore_errors=True)
-    print(f"\none run of `uname -r` across N lab nodes through the worker ({ROOT.name})")
+    print(f"\none run of `uname -r` across N lab nodes through {WORKERS} worker(s) of {CONCURRENCY} process(es)")
     print(f"{'':40}" + "".join(f"{n:>10}" for n in figures))
     for key in next(iter(figures.values())):
         print(f"{key:40}" + "".join(f"{figures[n][key]:10.3f}" for n in figures))
