@@ -70,7 +70,9 @@ def test_a_fio_run_records_telemetry_and_summarises_it(lab: dict[str, Any], work
     lo = Series.objects.get(run=run, host="lab1", name="net.rx_bytes", labels={"nic": "lo"})
     assert (lo.kind, lo.unit, lo.interval_ns) == (SeriesKind.COUNTER, "B", MS)
     net = samples(lo)
-    assert lo.sample_count == len(net.timestamps_ns) > 2500
+    # 3 s at 1 ms; a loaded machine delays some reads (2,296 seen at a load average of ~50): the median interval
+    # below is what shows the 1 ms sampling, the count that it went on for the run
+    assert lo.sample_count == len(net.timestamps_ns) > 1500
     assert net.values[-1] > net.values[0]  # the worker's SSH traffic to the lab node crosses lo
     assert (np.diff(net.values) >= 0).all()
     median = float(np.median(np.diff(net.timestamps_ns)))
