@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ from campaigns.plan import (
 )
 from campaigns.planning import benchmark_params
 from common import numbers
+from common.timing import Stopwatch
 from plugins import cache
 from plugins.benchmarks.base import (
     Benchmark,
@@ -256,16 +258,19 @@ def _slurm_outcome(run: Run, login: remote.Target) -> HostOutcome:
     return HostOutcome(stdout, stderr, state.exit_code, state)
 
 
-def run_collect(run: Run) -> tuple[str, str]:
+def run_collect(run: Run, *, noticed_at: float | None = None) -> tuple[str, str]:
     """Fetch every main command's output, store it and the parsed metrics, stop the services.
 
     Each started host is read in one round trip (``remote.job_collect``): its cache counters as the benchmark left
     them, and on a main host its exit code, stdout, stderr and, where it covers the run's reads, its I/O accounting.
+    What it finds for the run's provenance (the start spread, the cache judgement, how long each part took, and
+    ``noticed_at``: when the end was seen, seconds since the epoch) is merged into it at once.
 
     Returns (status, error): a non-zero exit (or a Slurm job that did not complete), unparsable output, a
     missing metric or a failed plug-in check (e.g. the wrong NCCL transport) fails the run even when every
     command exited 0.
     """
+    watch = Stopwatch()
     benchmark = get_benchmark(run.campaign.kind)
     targets = run_targets(run, started=True)
     hosts = main_targets(run, targets)
@@ -273,48 +278,59 @@ def run_collect(run: Run) -> tuple[str, str]:
     accounted = _job_io_covers(run, benchmark, targets)
     files = OUTPUT_FILES + ["io"] if accounted else OUTPUT_FILES
     read = {h.row.pk: files for h in hosts} if login is None else {}  # under Slurm: the output is the login's
-    found = remote.fan_out(
-        targets,
-        lambda t: remote.job_collect(t.target, t.row.remote_dir, read.get(t.row.pk, []), before=cache.SNAPSHOT_COMMAND),
-    )
+    with watch.lap("read"):
+        found = remote.fan_out(
+            targets,
+            lambda t: remote.job_collect(
+                t.target, t.row.remote_dir, read.get(t.row.pk, []), before=cache.SNAPSHOT_COMMAND
+            ),
+        )
     by_pk = {t.row.pk: f for t, f in zip(targets, found, strict=True)}
     snapshots = {t.row.host: _snapshot(f) for t, f in zip(targets, found, strict=True)}
-    samplers.stop(run, targets)  # as soon as the hosts are read: the samplers record the benchmark
+    with watch.lap("samplers"):
+        samplers.stop(run, targets)  # as soon as the hosts are read: the samplers record the benchmark
     if login is not None:
         outputs: list[Any] = [_slurm_outcome(run, login)]
         hosts = hosts[:1]
     else:
         outputs = [_host_outcome(by_pk[h.row.pk]) for h in hosts]
     ssh.raise_first(outputs)
-    if login is None:
-        record_start_spread(run, {h.row.host: by_pk[h.row.pk] for h in hosts})
+    updates = [start_spread_update({h.row.host: by_pk[h.row.pk] for h in hosts})] if login is None else []
     errors: list[str] = []
     per_host: list[Metric] = []
     logs: dict[str, str] = {}
-    for row, outcome in zip([h.row for h in hosts], outputs, strict=True):
-        stdout, stderr = outcome.stdout, outcome.stderr
-        RunHost.objects.filter(pk=row.pk).update(stdout=stdout, stderr=stderr, exit_code=outcome.exit_code)
-        logs[row.host] = f"{stdout}\n{stderr}"
-        if outcome.slurm_state is not None and outcome.slurm_state.error:
-            errors.append(f"{row.host}: {outcome.slurm_state.error}: {last_lines(stderr or stdout)}")
-            continue
-        if outcome.exit_code != 0:
-            errors.append(f"{row.host}: exited with code {outcome.exit_code}: {last_lines(stderr or stdout)}")
-            continue
-        try:
-            per_host += benchmark.parse(stdout, host=row.host)
-        except ParseError as exc:
-            errors.append(f"{row.host}: output could not be parsed: {exc}")
-    Run.objects.filter(pk=run.pk).update(
-        stdout_tail=_tails([(h.row.host, o.stdout) for h, o in zip(hosts, outputs, strict=True)]),
-        stderr_tail=_tails([(h.row.host, o.stderr) for h, o in zip(hosts, outputs, strict=True)]),
-    )
-    stop_services(run, targets)
+    with watch.lap("parse"):
+        for row, outcome in zip([h.row for h in hosts], outputs, strict=True):
+            stdout, stderr = outcome.stdout, outcome.stderr
+            logs[row.host] = f"{stdout}\n{stderr}"
+            if outcome.slurm_state is not None and outcome.slurm_state.error:
+                errors.append(f"{row.host}: {outcome.slurm_state.error}: {last_lines(stderr or stdout)}")
+                continue
+            if outcome.exit_code != 0:
+                errors.append(f"{row.host}: exited with code {outcome.exit_code}: {last_lines(stderr or stdout)}")
+                continue
+            try:
+                per_host += benchmark.parse(stdout, host=row.host)
+            except ParseError as exc:
+                errors.append(f"{row.host}: output could not be parsed: {exc}")
+    with watch.lap("store"):
+        _store_outputs(run, hosts, outputs)
+    with watch.lap("services"):
+        stop_services(run, targets)
     metrics = per_host + benchmark.aggregate(per_host) if per_host else []
-    services.run_store_results(run=run, metrics=metrics)
+    with watch.lap("store"):
+        services.run_store_results(run=run, metrics=metrics)
     outputs_by_host = {h.row.host: o.stdout for h, o in zip(hosts, outputs, strict=True)}
     processes = _job_io(hosts, by_pk) if accounted else None
-    _judge_cache(run, benchmark, metrics, outputs_by_host, snapshots, processes)
+    updates.append(_cache_update(benchmark, metrics, outputs_by_host, snapshots, processes))
+    collected = dict(watch.laps)
+    updates.append(lambda provenance: _timing_update(provenance, noticed_at=noticed_at, collect=collected))
+
+    def merge(provenance: dict[str, Any]) -> None:
+        for update in updates:
+            update(provenance)
+
+    services.run_provenance_merge(run_id=run.pk, update=merge)
     samplers.collect(run, targets)  # after the results: it adds its summaries to them
     if not errors:
         errors += benchmark.missing(metrics, [h.row.host for h in hosts])
@@ -322,20 +338,40 @@ def run_collect(run: Run) -> tuple[str, str]:
     return (RunStatus.FAILED, "\n".join(errors)) if errors else (RunStatus.SUCCEEDED, "")
 
 
-def record_start_spread(run: Run, found: dict[str, Any]) -> None:
-    """Keep in provenance["start"] the instants the hosts' launchers really started (their ``started`` files): the
-    spread (max - min, seconds), the first and last host, how long after the start instant the last one started,
-    and each host's offset from the instant (ms)."""
+def _store_outputs(run: Run, hosts: list[RunTarget], outputs: list[HostOutcome]) -> None:
+    """Each host's output and exit code, and the run's tails of them."""
+    for host, outcome in zip(hosts, outputs, strict=True):
+        RunHost.objects.filter(pk=host.row.pk).update(
+            stdout=outcome.stdout, stderr=outcome.stderr, exit_code=outcome.exit_code
+        )
+    Run.objects.filter(pk=run.pk).update(
+        stdout_tail=_tails([(h.row.host, o.stdout) for h, o in zip(hosts, outputs, strict=True)]),
+        stderr_tail=_tails([(h.row.host, o.stderr) for h, o in zip(hosts, outputs, strict=True)]),
+    )
+
+
+def _timing_update(provenance: dict[str, Any], *, noticed_at: float | None, collect: dict[str, float]) -> None:
+    timing = dict(provenance.get("timing") or {})
+    if noticed_at is not None:
+        timing["noticed_at"] = round(noticed_at, 3)
+    timing["collect"] = collect
+    provenance["timing"] = timing
+
+
+def start_spread_update(found: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    """What keeps in provenance["start"] the instants the hosts' launchers really started (their ``started``
+    files): the spread (max - min, seconds), the first and last host, how long after the start instant the last one
+    started, and each host's offset from the instant (ms)."""
     started: dict[str, int] = {}
     for host, collected in found.items():
         text = collected.text("started").strip() if isinstance(collected, remote.Collected) else ""
         if text.isdigit():
             started[host] = int(text)
-    if not started:
-        return
-    first, last = min(started, key=started.__getitem__), max(started, key=started.__getitem__)
 
     def update(provenance: dict[str, Any]) -> None:
+        if not started:
+            return
+        first, last = min(started, key=started.__getitem__), max(started, key=started.__getitem__)
         record = dict(provenance.get("start") or {})
         at = record.get("start_at_ns") or started[first]
         record.update(
@@ -348,7 +384,7 @@ def record_start_spread(run: Run, found: dict[str, Any]) -> None:
         )
         provenance["start"] = record
 
-    services.run_provenance_merge(run_id=run.pk, update=update)
+    return update
 
 
 def _job_io_covers(run: Run, benchmark: Benchmark, targets: list[RunTarget]) -> bool:
@@ -370,16 +406,15 @@ def _job_io(hosts: list[RunTarget], found: dict[int, Any]) -> dict[str, dict[str
     return io if io and all(io.values()) else None
 
 
-def _judge_cache(
-    run: Run,
+def _cache_update(
     benchmark: Benchmark,
     metrics: list[Metric],
     outputs: dict[str, str],
     ended: dict[str, Any],
     processes: dict[str, dict[str, int]] | None,
-) -> None:
-    """Compare what the benchmark read with what was read from storage meanwhile (plugins/cache.py), and keep the
-    evidence and its flags in the run's provenance. Counters that could not be read leave the run unjudged."""
+) -> Callable[[dict[str, Any]], None]:
+    """What compares what the benchmark read with what was read from storage meanwhile (plugins/cache.py), and keeps
+    the evidence and its flags in the run's provenance. Counters that could not be read leave the run unjudged."""
     read = benchmark.bytes_read(metrics, outputs) if metrics else None
     end = {host: s for host, s in ended.items() if isinstance(s, dict) and "error" not in s}
 
@@ -402,7 +437,7 @@ def _judge_cache(
         )
         provenance["cache"] = found
 
-    services.run_provenance_merge(run_id=run.pk, update=update)
+    return update
 
 
 def stop_services(run: Run, targets: list[RunTarget]) -> None:

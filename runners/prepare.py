@@ -20,6 +20,7 @@ from campaigns.plan import (
     display_command,
 )
 from campaigns.planning import benchmark_params
+from common.timing import Stopwatch
 from inventory.crypto import decrypt
 from plugins import cache
 from plugins.benchmarks.base import (
@@ -103,35 +104,49 @@ def stop_containers(campaign: Any, nodes: list[Any]) -> list[str]:
     return [str(r) for r in results if isinstance(r, BaseException)]
 
 
-def run_prepare(run: Run) -> list[HostJob]:
-    """Write the run's files on every host, flush caches per the policy, record provenance."""
+def run_prepare(run: Run, *, watch: Stopwatch | None = None) -> list[HostJob]:
+    """Write the run's files on every host, flush caches per the policy, record provenance (with how long each part
+    took, in ``provenance["timing"]["prepare"]``; ``watch``: the step's stopwatch, else one of its own)."""
+    watch = watch or Stopwatch()
     benchmark = get_benchmark(run.campaign.kind)
-    jobs = host_jobs(run, benchmark)
+    with watch.lap("hosts"):
+        jobs = host_jobs(run, benchmark)
     if not any(job.main for job in jobs):
         raise ParamError("kind", f"{benchmark.kind} built no command for any host of this run")
     options = slurm_options(run)
     if options:
         _check_slurm_jobs(benchmark, jobs)  # before anything is mounted, started or written
     provenance = dict(run.provenance)
-    provenance["mounts"] = mount_storage(run, jobs)  # first: the data directories live on the mounts
-    provenance["container"] = start_containers(run, jobs)
-    written = remote.fan_out(jobs, _prepare_host)
-    _record_commands([job for job, result in zip(jobs, written, strict=True) if not isinstance(result, BaseException)])
+    with watch.lap("mounts"):
+        provenance["mounts"] = mount_storage(run, jobs)  # first: the data directories live on the mounts
+    with watch.lap("containers"):
+        provenance["container"] = start_containers(run, jobs)
+    with watch.lap("files"):
+        written = remote.fan_out(jobs, _prepare_host)
+        _record_commands(
+            [job for job, result in zip(jobs, written, strict=True) if not isinstance(result, BaseException)]
+        )
     ssh.raise_first(written)
     if run.campaign.telemetry:
-        provenance["telemetry"] = samplers.prepare(run, jobs)
+        with watch.lap("telemetry"):
+            provenance["telemetry"] = samplers.prepare(run, jobs)
     if benchmark.uses_mpi and len(jobs) > 1:
-        _mirror_primary_files(jobs)
-        if not options:  # in a Slurm allocation mpirun reaches its hosts through Slurm, not over SSH
-            mpi_reachability(run, jobs)
+        with watch.lap("mpi"):
+            _mirror_primary_files(jobs)
+            if not options:  # in a Slurm allocation mpirun reaches its hosts through Slurm, not over SSH
+                mpi_reachability(run, jobs)
     if options:
         provenance["slurm"] = _prepare_slurm(run, jobs[0], options)
-    provenance["hosts"] = hosts_provenance(run, benchmark, jobs)
+    with watch.lap("versions"):
+        provenance["hosts"] = hosts_provenance(run, benchmark, jobs)
     provenance["params"] = run.params
-    provenance["layout"] = lay_out_data(run, jobs)  # before the flush: the run reads data no cache just received
-    provenance["flush"] = flush_caches(run, jobs)
+    with watch.lap("layout"):
+        provenance["layout"] = lay_out_data(run, jobs)  # before the flush: the run reads data no cache just received
+    with watch.lap("flush"):
+        provenance["flush"] = flush_caches(run, jobs)
     began = time.monotonic()
-    start = remote.fan_out(jobs, lambda j: snapshot(j.target))  # the counters as the measured job starts
+    with watch.lap("snapshot"):
+        start = remote.fan_out(jobs, lambda j: snapshot(j.target))  # the counters as the measured job starts
     ssh.raise_first(start)
     # One command on every host at once, timed: what the start barrier's margin is reckoned from (lifecycle).
     provenance["start"] = {**(provenance.get("start") or {}), "probe_s": round(time.monotonic() - began, 4)}
@@ -142,6 +157,7 @@ def run_prepare(run: Run) -> list[HostJob]:
         "start": {j.row.host: s for j, s in zip(jobs, start, strict=True)},
         "flags": [f for record in provenance["flush"] for f in record.get("flags", [])],
     }
+    provenance["timing"] = {**(provenance.get("timing") or {}), "prepare": dict(watch.laps)}
     Run.objects.filter(pk=run.pk).update(provenance=provenance, heartbeat_at=timezone.now())
     return jobs
 
@@ -364,18 +380,35 @@ def unmount_storage(campaign: Any, nodes: list[Any]) -> list[str]:
     return [str(r) for r in results if isinstance(r, BaseException)]
 
 
+LAYOUTS_DIR = "layouts"  # under rackbench's directory on a host: what each layout left (remote.layout_once)
+
+
 def lay_out_data(run: Run, jobs: list[HostJob]) -> dict[str, dict[str, Any]]:
     """Run every host's layout command (the benchmark's data written where it will read it); returns what ran where
-    and when. Each may take as long as a run may."""
+    and when. Each may take as long as a run may.
+
+    A layout that names its data directories (``HostCommand.data_dirs``) is skipped where they hold the files as
+    the same layout left them (``kept``: it would do nothing), except in a container, whose directories the host
+    may not see as the container does."""
     hosts = [j for j in jobs if j.layout]
+    contained = bool(run.campaign.container)
 
     def lay_out(job: HostJob) -> dict[str, Any]:
         assert job.layout is not None
-        line = display_command(job.context.run_dir, job.layout.argv, {**job.context.env, **job.layout.env})
+        env = {**job.context.env, **job.layout.env}
+        line = display_command(job.context.run_dir, job.layout.argv, env)
+        sent = line
+        if job.layout.data_dirs and not contained:
+            key = [job.row.host, job.layout.argv, env, job.layout.files, job.layout.data_dirs]
+            memo_dir = f"{job.root}/{LAYOUTS_DIR}"
+            sent = remote.layout_once(line, key=key, data_dirs=job.layout.data_dirs, memo_dir=memo_dir)
         at = timezone.now()
-        result = job.target.check(line, what="laying out the benchmark's data", timeout=run.campaign.run_timeout_s)
-        return {"command": line, "at": at.isoformat(), "ended_at": timezone.now().isoformat(),
+        result = job.target.check(sent, what="laying out the benchmark's data", timeout=run.campaign.run_timeout_s)
+        step = {"command": line, "at": at.isoformat(), "ended_at": timezone.now().isoformat(),
                 "seconds": round(result.seconds, 3)}  # fmt: skip
+        if remote.LAYOUT_KEPT in result.stdout:
+            step["kept"] = True
+        return step
 
     results = remote.fan_out(hosts, lay_out)
     ssh.raise_first(results)

@@ -23,6 +23,8 @@ the files.
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 import shlex
 import threading
 from collections.abc import Callable
@@ -224,6 +226,27 @@ def prepare_script(jobs: dict[str, dict[str, str]], *, extra_dirs: list[str]) ->
         lines.append(shlex.join(["chmod", "644", *texts]))
     lines.append(shlex.join(["chmod", "755", *launchers]))
     return "\n".join(lines) + "\n"
+
+
+LAYOUT_KEPT = "rackbench: the data is as the same layout left it, not laid out again"
+
+
+def layout_once(line: str, *, key: list[Any], data_dirs: list[str], memo_dir: str) -> str:
+    """``line`` (a layout command) made to run only where it would change something: the files directly in
+    ``data_dirs`` (path, size, modification time, inode) as it leaves them are kept in ``memo_dir``, under a digest
+    of ``key`` (what makes the layout what it is: its command, files and environment, the host); where they are
+    the same the next time, it is not run and prints LAYOUT_KEPT instead. Anything that writes, removes or replaces
+    one of those files changes that listing, and the layout runs again; so does a host whose ``find`` cannot
+    list them (not GNU find): its listing is empty."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+    memo = shlex.quote(f"{memo_dir}/{digest}")
+    listing = f"find {shlex.join(data_dirs)} -maxdepth 1 -type f -printf '%p %s %T@ %i\\n' 2>/dev/null | sort"
+    return (
+        f'm={memo}; l=$({listing}); if [ -n "$l" ] && [ "$l" = "$(cat "$m" 2>/dev/null)" ]; then '
+        f"echo {shlex.quote(LAYOUT_KEPT)}; exit 0; fi; "
+        f'rm -f "$m"; ( {line} ) || exit $?; '
+        f'{{ mkdir -p {shlex.quote(memo_dir)} && {listing} > "$m.tmp" && mv "$m.tmp" "$m"; }} 2>/dev/null || true'
+    )
 
 
 JOB_MARKER = "RACKBENCH_JOB"  # in the environment of every process a job starts: its directory

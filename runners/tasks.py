@@ -244,10 +244,11 @@ def _poll(task: Task, run: Run, token: str, lease: str) -> None:
         services.run_mark_failed(run_id=run_id, error=vanished_error(outcome), kill=True)  # the other hosts' too
         return
     if outcome.finished:
+        noticed_at = time.time()
         # Collected here, under this poll's lease (no Celery hand-off): the run is collecting now, so no other
         # poll or collect task takes it while the lease is renewed.
         if services.run_transition(run_id=run_id, old=[RunStatus.RUNNING], new=RunStatus.COLLECTING):
-            _collect(task, run_id, lease=lease)
+            _collect(task, run_id, lease=lease, noticed_at=noticed_at)
         return
     timeout = run.campaign.run_timeout_s
     if run.started_at and (timezone.now() - run.started_at).total_seconds() > timeout:
@@ -282,7 +283,7 @@ def run_collect_task(self: Task, run_id: int) -> None:
             _collect(self, run_id)
 
 
-def _collect(task: Task, run_id: int, *, lease: str = "") -> None:
+def _collect(task: Task, run_id: int, *, lease: str = "", noticed_at: float | None = None) -> None:
     """The collect step, under its lease. ``lease``: collected by the poll that saw the end, under that poll's lease;
     a transient failure then gives the lease up and hands the step to run_collect_task, whose retries go on (the
     poll task's own retry would find the run collecting and do nothing)."""
@@ -290,7 +291,7 @@ def _collect(task: Task, run_id: int, *, lease: str = "") -> None:
     if run is None or run.status != RunStatus.COLLECTING:
         return  # a twin of this task collected it already
     try:
-        status, error = execution.run_collect(run)
+        status, error = execution.run_collect(run, noticed_at=noticed_at)
     except Exception as exc:
         if lease and _is_transient(exc):
             services.run_lease_release(run_id=run_id, owner=lease)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -68,3 +69,31 @@ def test_a_node_changed_under_its_name_has_its_versions_read_again(lab: dict[str
     commands = prepare([second])
 
     assert [host for host, command in commands if command.startswith("uname")] == ["lab1"]
+
+
+def data_file(run: Run, host: str) -> Path:
+    """The file fio lays out for ``host`` (the lab's nodes share this machine's filesystem)."""
+    job_file = Path(run.hosts.get(host=host).remote_dir) / "layout.fio"
+    directory = next(x for x in job_file.read_text().splitlines() if x.startswith("directory="))[len("directory=") :]
+    return Path(directory) / "rackbench.0.0"
+
+
+def test_a_layout_is_not_run_again_on_the_data_it_left_and_is_once_that_data_changed(lab: dict[str, Any]) -> None:
+    first, second, third = launched("layout-kept", ["lab1", "lab2"], repetitions=3).runs.order_by("sequence")
+    prepare([first])
+    laid_out = data_file(first, "lab1")
+    before = laid_out.stat()
+
+    prepare([second])
+
+    layout = Run.objects.get(pk=second.pk).provenance["layout"]
+    assert layout["lab1"]["kept"] and layout["lab2"]["kept"]  # fio would have found every file as it left them
+    assert "fio --create_only=1" in layout["lab1"]["command"]  # what the layout is, as the run page shows it
+    assert laid_out.stat().st_mtime_ns == before.st_mtime_ns and laid_out.stat().st_ino == before.st_ino
+    laid_out.unlink()  # what any change to the data does: the listing the layout left no longer matches
+
+    prepare([third])
+
+    layout = Run.objects.get(pk=third.pk).provenance["layout"]
+    assert "kept" not in layout["lab1"] and layout["lab2"]["kept"]
+    assert laid_out.stat().st_size == 8 * 1024**2  # laid out again, whole
