@@ -10,6 +10,7 @@ A detached job lives in its own directory on the host::
     started      the instant the launcher ran command.sh (its modification time; once the command ended, its
                  content: that time in ns since the epoch, the node's clock)
     killed       marker written by job_kill: rackbench stopped it (not someone else, not a reboot)
+    ended        a FIFO the launcher writes to once the exit code is there: what a poll waiting for the end blocks on
     pid, stdout, stderr, exit_code
     io           the launcher's /proc/<pid>/io as the command ended: the kernel adds every process it waited for
                  (the command, and what that reaped in turn), so it is the I/O the job itself did
@@ -171,7 +172,9 @@ OTHER_ATTEMPT_EXIT = 76  # a submit that found the job started by another attemp
 # own between the wake-up and command.sh: ``: > started`` (a shell builtin) stamps the file's modification time,
 # turned into ns in its content once the command has ended (``date -r``). Its resolution is the kernel's file
 # timestamps' (a clock tick, 1-4 ms, and up to a tick behind the clock): on 256 lab nodes waking together on two
-# cores, one ``date`` each before its command doubled the measured spread.
+# cores, one ``date`` each before its command doubled the measured spread. Once the exit code is there, a few bytes
+# into the FIFO ``ended`` (made with the job's files) wake whoever waits for the end (``job_state``); opened
+# read-write, it never blocks, and with nobody waiting the bytes are gone once it is closed.
 LAUNCHER = """#!/bin/sh
 # Written by rackbench. Runs command.sh detached at its start instant; the files beside it are the job's state.
 cd "$(dirname "$0")" || exit 90
@@ -186,6 +189,7 @@ rc=$?
 date -r started +%s%N > started.tmp 2>/dev/null && mv started.tmp started
 cat /proc/$$/io > io.tmp 2>/dev/null && mv io.tmp io
 echo $rc > exit_code.tmp && mv exit_code.tmp exit_code
+[ -p ended ] && { printf rackbench >&3; } 3<>ended 2>/dev/null
 """
 
 
@@ -213,6 +217,8 @@ def prepare_script(jobs: dict[str, dict[str, str]], *, extra_dirs: list[str]) ->
     process per file), its content and path through shlex.quote. Files are 0644, the launcher 0755. It stops at the
     first failure. On standard input it has no length limit, where a command line has."""
     lines = ["set -e", shlex.join(["mkdir", "-p", *jobs, *extra_dirs])]
+    fifos = [f"{job_dir}/ended" for job_dir in jobs]
+    lines.append(f"mkfifo {shlex.join(fifos)} 2>/dev/null || true")  # made once: a directory prepared again keeps it
     texts: list[str] = []
     launchers: list[str] = []
     for job_dir, files in jobs.items():
@@ -287,7 +293,8 @@ def job_submit(
     return None
 
 
-WATCH_TICK = 0.05  # seconds between looks at a watched job
+WATCH_TICK = 0.05  # seconds between looks at a watched job without its FIFO
+WATCH_SLICE = 0.5  # seconds a watch blocks on the job's FIFO before it looks whether the job's process is alive
 COMMAND_TIMEOUT = 30.0  # seconds a watching job_state may take beyond its wait
 
 
@@ -312,28 +319,40 @@ class JobState:
 
 def job_state(target: Target, job_dir: str, *, wait: float = 0.0) -> JobState:
     """The job's state; with ``wait``, read once it has ended (an exit code, or its process gone) or after ``wait``
-    seconds, whichever comes first: the end of a short job is noticed within 50 ms instead of a poll interval."""
+    seconds, whichever comes first: the end of a short job is noticed as it happens instead of a poll interval later.
+
+    The wait blocks on the job's FIFO (``ended``), which its launcher writes to once the exit code is there; every
+    WATCH_SLICE seconds it looks whether the job's process is still alive. Where the FIFO is missing (a job prepared
+    by an earlier version) or the node has no ``timeout``/``dd``, it looks every WATCH_TICK seconds instead. The
+    files are read with the shell's own ``read``: no process per file."""
     d = shlex.quote(job_dir)
     ticks = int(wait / WATCH_TICK)
+    per_slice = int(WATCH_SLICE / WATCH_TICK)
+    alive = '[ -n "$p" ] && ! kill -0 "$p" 2>/dev/null && break'
     watch = (
-        f'n={ticks}; while [ "$n" -gt 0 ] && [ ! -e exit_code ]; do p=$(cat pid 2>/dev/null); '
-        f'[ -n "$p" ] && ! kill -0 "$p" 2>/dev/null && break; sleep {WATCH_TICK}; n=$((n-1)); done; '
+        f'ticks() {{ n=$1; while [ "$n" -gt 0 ] && [ ! -e exit_code ]; do {alive}; sleep {WATCH_TICK}; '
+        f"n=$((n-1)); done; }}; w={ticks}; "
+        f'if [ -p ended ]; then {{ while [ "$w" -gt 0 ] && [ ! -e exit_code ]; do {alive}; '
+        f"timeout {WATCH_SLICE} dd bs=1 count=1 of=/dev/null <&3 2>/dev/null; r=$?; [ $r -eq 0 ] && break; "
+        f'[ $r -eq 124 ] || {{ ticks "$w"; break; }}; w=$((w-{per_slice})); done; }} 3<>ended; '
+        f'else ticks "$w"; fi; '
         if ticks > 0
         else ""
     )
     line = (
-        f"cd {d} 2>/dev/null || exit 0; {watch}p=$(cat pid 2>/dev/null); e=$(cat exit_code 2>/dev/null); "
+        f"cd {d} 2>/dev/null || exit 0; p=; e=; t=; {{ read p < pid; }} 2>/dev/null; {watch}{{ read p < pid; }} "
+        f"2>/dev/null; {{ read e < exit_code; }} 2>/dev/null; {{ read t < submitted; }} 2>/dev/null; "
         f'a=no; [ -n "$p" ] && kill -0 "$p" 2>/dev/null && a=yes; s=no; [ -e submitted ] && s=yes; '
-        f'k=no; [ -e killed ] && k=yes; t=$(cat submitted 2>/dev/null); echo "$p|$e|$a|$s|$k|$t"'
+        f'k=no; [ -e killed ] && k=yes; echo "$p|$e|$a|$s|$k|$t"'
     )
     out = target.run(line, timeout=(wait + COMMAND_TIMEOUT) if ticks > 0 else None).stdout.strip()
     if not out:
         return JobState(None, None, False, False)
-    pid, code, alive, submitted, killed, attempt = (out.split("|", 5) + [""] * 6)[:6]
+    pid, code, alive_, submitted, killed, attempt = (out.split("|", 5) + [""] * 6)[:6]
     return JobState(
         pid=int(pid) if pid.isdigit() else None,
         exit_code=int(code) if code.lstrip("-").isdigit() else None,
-        alive=alive == "yes",
+        alive=alive_ == "yes",
         submitted=submitted == "yes",
         killed=killed == "yes",
         attempt=attempt,
@@ -404,12 +423,12 @@ def collect_script(job_dir: str, names: list[str], *, limit: int | None = None, 
     then the content in base64, so that binary bytes, a missing last newline or a line that looks like a header
     cannot blur two sections, and an end line, so that output cut short is never taken for shorter files. The files
     are read in the order given: with ``exit_code`` first, the outputs are read after the launcher closed them."""
-    read = "cat" if limit is None else f"tail -c {int(limit)}"
     lines = [f"echo '{FRAME} before'", f"{{ {before}\n}} 2>/dev/null | base64" if before else ":"]
     lines.append(f"cd {shlex.quote(job_dir)} 2>/dev/null || {{ echo '{FRAME} end'; exit 0; }}")
     for i, name in enumerate(names):
         path = shlex.quote(name)
-        lines.append(f"if [ -f {path} ]; then echo '{FRAME} {i}'; {read} {path} | base64; fi")
+        read = f"base64 {path}" if limit is None else f"tail -c {int(limit)} {path} | base64"  # a process a file
+        lines.append(f"if [ -f {path} ]; then echo '{FRAME} {i}'; {read}; fi")
     lines.append(f"echo '{FRAME} end'")
     return "\n".join(lines) + "\n"
 
