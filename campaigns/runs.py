@@ -43,12 +43,15 @@ def run_heartbeat(*, run_id: int) -> None:
     Run.objects.filter(pk=run_id).update(heartbeat_at=timezone.now())
 
 
-def run_finish(*, run_id: int, status: str, error: str = "", kill: bool = False) -> bool:
+def run_finish(
+    *, run_id: int, status: str, error: str = "", kill: bool = False, then: Callable[[int], None] | None = None
+) -> bool:
     """Put an active run in a terminal state and let its campaign go on (on the nodes it still holds).
 
     With ``kill``, its processes are killed on its hosts first (``run_killed`` lets the campaign go on then).
     A cancelled run keeps no results (a collect stores them only while the run is collecting, under a lock on its
-    row, so none comes after this).
+    row, so none comes after this). ``then``: how the campaign goes on once this commits (called with its id);
+    by default its advance task is sent.
     """
     assert status in RUN_TERMINAL
     with transaction.atomic():
@@ -67,7 +70,11 @@ def run_finish(*, run_id: int, status: str, error: str = "", kill: bool = False)
         elif done:
             if status == RunStatus.SUCCEEDED:
                 _run_follow_up(run_id)
-            campaign_advance_soon(campaign_id=Run.objects.values_list("campaign_id", flat=True).get(pk=run_id))
+            campaign_id = Run.objects.values_list("campaign_id", flat=True).get(pk=run_id)
+            if then is None:
+                campaign_advance_soon(campaign_id=campaign_id)
+            else:
+                transaction.on_commit(partial(then, campaign_id))
     return done
 
 

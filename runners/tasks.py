@@ -299,7 +299,7 @@ def _collect(task: Task, run_id: int, *, lease: str = "", noticed_at: float | No
             return
         _retry_or_fail(task, run_id, exc, kill=True)  # services may still run
         return
-    if services.run_finish(run_id=run_id, status=status, error=error):
+    if services.run_collected(run_id=run_id, status=status, error=error):
         enqueue_prometheus_pull(run_id)
 
 
