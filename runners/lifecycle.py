@@ -68,20 +68,44 @@ class LateStart(ssh.TransientSSHError):
 
 
 FALLBACK_PER_HOST_S = 0.01  # seconds per host a submit wave is reckoned to take where none was measured
+EARLIER_RUNS = 4  # runs of the campaign searched, newest first, for a submit wave to the same number of hosts
 
 
-def start_margin(*, hosts: int, probe_s: float | None, previous: dict[str, Any] | None) -> float:
+def start_margin(*, hosts: int, measured_s: float | None, previous: dict[str, Any] | None) -> float:
     """Seconds between issuing the submit wave and the start instant: at least RACKBENCH_START_MARGIN, and
-    RACKBENCH_START_MARGIN_FACTOR times ``probe_s``, the measured time of one command on all the run's hosts at once
-    (the cache snapshot, just before); after an attempt with late hosts, at least twice what that one needed (its
-    margin plus its worst lateness, and its whole wave)."""
+    RACKBENCH_START_MARGIN_FACTOR times ``measured_s``, what reaching all the run's hosts at once is measured to take
+    (``reckoned_from``: the campaign's last submit wave to as many hosts, else the cache snapshot just taken on
+    them); after an attempt with late hosts, at least twice what that one needed (its margin plus its worst
+    lateness, and its whole wave)."""
     cfg = settings.RACKBENCH
-    measured = probe_s if probe_s is not None else hosts * FALLBACK_PER_HOST_S
+    measured = measured_s if measured_s is not None else hosts * FALLBACK_PER_HOST_S
     margin = max(cfg["START_MARGIN"], cfg["START_MARGIN_FACTOR"] * measured)
     if previous and previous.get("late"):
         needed = previous["margin_s"] + max(previous["late"].values())
         margin = max(margin, 2 * needed, 2 * previous.get("wave_s", 0.0))
     return margin
+
+
+def reckoned_from(run: Run, hosts: int) -> tuple[dict[str, Any], str, float | None]:
+    """The run's start record, and what its margin is reckoned from: the submit wave of the campaign's latest start
+    to as many hosts that reached every one in time (this run's earlier attempt included: a submit wave measures
+    what the margin must cover, the very command, on the same hosts), else the cache snapshot its preparation timed
+    on all its hosts at once (``probe_s``). One query."""
+    rows = (  # newest first (a follow-up run, added later, may come before runs of lower ids: rarely, and harmless)
+        Run.objects.filter(campaign_id=run.campaign_id, pk__lte=run.pk)
+        .order_by("-pk")
+        .values_list("pk", "provenance__start")[: EARLIER_RUNS + 1]
+    )
+    record: dict[str, Any] = {}
+    for pk, start in rows:
+        start = start or {}
+        if pk == run.pk:
+            record = start
+        for attempt in reversed(start.get("attempts") or []):
+            if attempt.get("hosts") == hosts and not attempt.get("late") and "wave_s" in attempt:
+                return record, f"the submit wave of run {pk}", attempt["wave_s"]
+    probe = record.get("probe_s")
+    return record, "the cache snapshot on every host" if probe is not None else "none measured", probe
 
 
 def submit_mains(mains: list[HostJob]) -> int:
@@ -91,14 +115,15 @@ def submit_mains(mains: list[HostJob]) -> int:
     than RACKBENCH_START_TOLERANCE seconds after the instant starts nothing and LateStart is raised (the caller
     undoes the hosts that did start). Every attempt has an id of its own, kept in the hosts' ``submitted`` markers:
     a copy of this submit delivered twice starts nothing more, and no host keeps a job of an earlier attempt.
-    The attempt (id, instant, margin, how long its wave took, late hosts) is kept in provenance["start"]. Returns the
-    instant (ns since the epoch)."""
+    The attempt (id, instant, margin and what it was reckoned from, how long its wave took, late hosts) is kept in
+    provenance["start"]. Returns the instant (ns since the epoch)."""
     if not mains:
         return 0
-    run_id = mains[0].row.run_id
-    record = Run.objects.filter(pk=run_id).values_list("provenance__start", flat=True).first() or {}
+    run = mains[0].row.run  # the rows came from run.hosts: their run is loaded already
+    run_id = run.pk
+    record, source, measured = reckoned_from(run, len(mains))
     earlier = list(record.get("attempts") or [])
-    margin = start_margin(hosts=len(mains), probe_s=record.get("probe_s"), previous=earlier[-1] if earlier else None)
+    margin = start_margin(hosts=len(mains), measured_s=measured, previous=earlier[-1] if earlier else None)
     tolerance = settings.RACKBENCH["START_TOLERANCE"]
     attempt = uuid.uuid4().hex[:12]
     began = time.monotonic()
@@ -112,8 +137,8 @@ def submit_mains(mains: list[HostJob]) -> int:
     answers = remote.fan_out(mains, submit)
     wave = time.monotonic() - began
     late = {j.row.host: round(a / 1e9, 4) for j, a in zip(mains, answers, strict=True) if isinstance(a, int)}
-    entry = {"id": attempt, "start_at_ns": start_at_ns, "margin_s": round(margin, 4), "hosts": len(mains),
-             "wave_s": round(wave, 4), "late": late}  # fmt: skip
+    entry = {"id": attempt, "start_at_ns": start_at_ns, "margin_s": round(margin, 4), "reckoned_from": source,
+             "hosts": len(mains), "wave_s": round(wave, 4), "late": late}  # fmt: skip
 
     def update(provenance: dict[str, Any]) -> None:
         found = provenance.get("start") or {}
