@@ -123,6 +123,9 @@ from campaigns.runs import (
     run_provenance_merge as run_provenance_merge,
 )
 from campaigns.runs import (
+    run_store_collected as run_store_collected,
+)
+from campaigns.runs import (
     run_store_results as run_store_results,
 )
 from campaigns.runs import (

@@ -187,6 +187,7 @@ class PollOutcome:
     finished: bool
     vanished: list[str]
     killed: list[str] = field(default_factory=list)  # of ``vanished``: where rackbench killed it
+    targets: list[RunTarget] | None = None  # the run's started hosts as the poll read them (None under Slurm)
 
 
 def run_poll(run: Run, *, wait: float = 0.0) -> PollOutcome:
@@ -197,17 +198,25 @@ def run_poll(run: Run, *, wait: float = 0.0) -> PollOutcome:
         state = slurm_jobs.job_state(login, job_id, host.row.remote_dir)
         store_live_log(run, login, host)
         return PollOutcome(finished=state.finished, vanished=[])
-    hosts = main_targets(run)
+    targets = run_targets(run, started=True)
+    hosts = main_targets(run, targets)
     states = remote.fan_out(hosts, lambda h: remote.job_state(h.target, h.row.remote_dir, wait=wait))
     ssh.raise_first(states)
+    changed = []
     for host, state in zip(hosts, states, strict=True):
         if state.pid and host.row.pid != state.pid:
-            RunHost.objects.filter(pk=host.row.pk).update(pid=state.pid)
+            host.row.pid = state.pid
+            changed.append(host.row)
+    RunHost.objects.bulk_update(changed, ["pid"], batch_size=BATCH)
     if hosts:
         store_live_log(run, hosts[0].target, hosts[0])
     vanished = [h.row.host for h, state in zip(hosts, states, strict=True) if state.vanished]
     killed = [h.row.host for h, state in zip(hosts, states, strict=True) if state.vanished and state.killed]
-    return PollOutcome(finished=all(s.finished for s in states), vanished=vanished, killed=killed)
+    finished = all(s.finished for s in states)
+    return PollOutcome(finished=finished, vanished=vanished, killed=killed, targets=targets)
+
+
+BATCH = 200  # rows per bulk UPDATE of a run's hosts (each may carry a host's whole output)
 
 
 LIVE_LOG_WANTED_FOR = 10.0  # seconds since a campaign page last asked (it asks every 2 s while open)
@@ -283,13 +292,16 @@ def _slurm_outcome(run: Run, login: remote.Target) -> HostOutcome:
     return HostOutcome(stdout, stderr, state.exit_code, state)
 
 
-def run_collect(run: Run, *, noticed_at: float | None = None) -> tuple[str, str]:
+def run_collect(
+    run: Run, *, targets: list[RunTarget] | None = None, noticed_at: float | None = None
+) -> tuple[str, str]:
     """Fetch every main command's output, store it and the parsed metrics, stop the services.
 
     Each started host is read in one round trip (``remote.job_collect``): its cache counters as the benchmark left
     them, and on a main host its exit code, stdout, stderr and, where it covers the run's reads, its I/O accounting.
     What it finds for the run's provenance (the start spread, the cache judgement, how long each part took, and
-    ``noticed_at``: when the end was seen, seconds since the epoch) is merged into it at once.
+    ``noticed_at``: when the end was seen, seconds since the epoch) is merged into it, and the outputs and results
+    stored, in one transaction. ``targets``: the run's started hosts, where the caller has just read them.
 
     Returns (status, error): a non-zero exit (or a Slurm job that did not complete), unparsable output, a
     missing metric or a failed plug-in check (e.g. the wrong NCCL transport) fails the run even when every
@@ -297,7 +309,7 @@ def run_collect(run: Run, *, noticed_at: float | None = None) -> tuple[str, str]
     """
     watch = Stopwatch()
     benchmark = get_benchmark(run.campaign.kind)
-    targets = run_targets(run, started=True)
+    targets = run_targets(run, started=True) if targets is None else targets
     hosts = main_targets(run, targets)
     login = slurm_login(run)
     accounted = _job_io_covers(run, benchmark, targets)
@@ -338,13 +350,9 @@ def run_collect(run: Run, *, noticed_at: float | None = None) -> tuple[str, str]
                 per_host += benchmark.parse(stdout, host=row.host)
             except ParseError as exc:
                 errors.append(f"{row.host}: output could not be parsed: {exc}")
-    with watch.lap("store"):
-        _store_outputs(run, hosts, outputs)
     with watch.lap("services"):
         stop_services(run, targets)
     metrics = per_host + benchmark.aggregate(per_host) if per_host else []
-    with watch.lap("store"):
-        services.run_store_results(run=run, metrics=metrics)
     outputs_by_host = {h.row.host: o.stdout for h, o in zip(hosts, outputs, strict=True)}
     processes = _job_io(hosts, by_pk) if accounted else None
     updates.append(_cache_update(benchmark, metrics, outputs_by_host, snapshots, processes))
@@ -355,24 +363,23 @@ def run_collect(run: Run, *, noticed_at: float | None = None) -> tuple[str, str]
         for update in updates:
             update(provenance)
 
-    services.run_provenance_merge(run_id=run.pk, update=merge)
+    for host, outcome in zip(hosts, outputs, strict=True):
+        host.row.stdout, host.row.stderr, host.row.exit_code = outcome.stdout, outcome.stderr, outcome.exit_code
+    services.run_store_collected(
+        run=run,
+        hosts=[h.row for h in hosts],
+        tails=(
+            _tails([(h.row.host, o.stdout) for h, o in zip(hosts, outputs, strict=True)]),
+            _tails([(h.row.host, o.stderr) for h, o in zip(hosts, outputs, strict=True)]),
+        ),
+        metrics=metrics,
+        update=merge,
+    )
     samplers.collect(run, targets)  # after the results: it adds its summaries to them
     if not errors:
         errors += benchmark.missing(metrics, [h.row.host for h in hosts])
         errors += benchmark.check(benchmark_params(run.params), metrics, logs)
     return (RunStatus.FAILED, "\n".join(errors)) if errors else (RunStatus.SUCCEEDED, "")
-
-
-def _store_outputs(run: Run, hosts: list[RunTarget], outputs: list[HostOutcome]) -> None:
-    """Each host's output and exit code, and the run's tails of them."""
-    for host, outcome in zip(hosts, outputs, strict=True):
-        RunHost.objects.filter(pk=host.row.pk).update(
-            stdout=outcome.stdout, stderr=outcome.stderr, exit_code=outcome.exit_code
-        )
-    Run.objects.filter(pk=run.pk).update(
-        stdout_tail=_tails([(h.row.host, o.stdout) for h, o in zip(hosts, outputs, strict=True)]),
-        stderr_tail=_tails([(h.row.host, o.stderr) for h, o in zip(hosts, outputs, strict=True)]),
-    )
 
 
 def _timing_update(provenance: dict[str, Any], *, noticed_at: float | None, collect: dict[str, float]) -> None:
