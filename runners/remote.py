@@ -28,6 +28,7 @@ import hashlib
 import json
 import shlex
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -205,11 +206,67 @@ def job_prepare(target: Target, job_dir: str, *, extra_dirs: list[str], files: d
     jobs_prepare(target, {job_dir: files}, extra_dirs=extra_dirs)
 
 
-def jobs_prepare(target: Target, jobs: dict[str, dict[str, str]], *, extra_dirs: list[str]) -> None:
+@dataclass(frozen=True)
+class Prepared:
+    """What ``jobs_prepare`` ran once the files were written: the layout's own result (None where none was asked),
+    and the output of the command asked for after it (None where none was asked, or the layout failed)."""
+
+    layout: ssh.CommandResult | None = None
+    after: str | None = None
+
+
+def jobs_prepare(
+    target: Target,
+    jobs: dict[str, dict[str, str]],
+    *,
+    extra_dirs: list[str],
+    layout: str = "",
+    after: str = "",
+    timeout: float | None = None,
+) -> Prepared:
     """Create job directories (job directory -> its files) and ``extra_dirs`` and write every job's files and
-    launcher, in one round trip: ``sh -s`` reads the script of ``prepare_script`` on its standard input."""
+    launcher, in one round trip: ``sh -s`` reads the script of ``prepare_script`` on its standard input. In the same
+    round trip, once the files are written, it runs ``layout`` (a command line laying out the benchmark's data), then
+    ``after`` (a command whose output is wanted, e.g. the cache snapshot), which a failed layout skips: what would
+    otherwise take round trips of their own. Their outputs are told apart by a mark of this call's own."""
     script = prepare_script(jobs, extra_dirs=extra_dirs)
-    target.check("sh -s", what="creating the run directory and writing its files", stdin=script.encode())
+    if not layout and not after:
+        target.check("sh -s", what="creating the run directory and writing its files", stdin=script.encode())
+        return Prepared()
+    mark = f"--rackbench-{uuid.uuid4().hex}"
+    script += f"set +e\necho {mark}\n"
+    if layout:
+        script += f"( {layout}\n); rc=$?; echo {mark} $rc; echo {mark} >&2; [ $rc -eq 0 ] || exit 0\n"
+    if after:
+        script += f"{{ {after}\n}} 2>/dev/null\n"
+    result = target.check(
+        "sh -s", what="creating the run directory and writing its files", stdin=script.encode(), timeout=timeout
+    )
+    try:
+        return _prepared(result, mark, layout=bool(layout), after=bool(after))
+    except ValueError as exc:
+        raise ssh.TransientSSHError(target.endpoint, f"preparing the run: {exc}") from None
+
+
+def _prepared(result: ssh.CommandResult, mark: str, *, layout: bool, after: bool) -> Prepared:
+    out, err = result.stdout, result.stderr
+    begin = out.find(f"{mark}\n")
+    if begin < 0:
+        raise ValueError("the output was cut short")
+    rest = out[begin + len(mark) + 1 :]
+    found = None
+    if layout:
+        end = rest.find(f"{mark} ")
+        line_end = rest.find("\n", end)
+        if end < 0 or line_end < 0:
+            raise ValueError("the layout's output was cut short")
+        code = int(rest[end + len(mark) + 1 : line_end])
+        err_end = err.find(mark)
+        found = ssh.CommandResult(code, rest[:end], err[:err_end] if err_end >= 0 else err, result.seconds)
+        rest = rest[line_end + 1 :]
+        if code != 0:
+            return Prepared(found)
+    return Prepared(found, rest if after else None)
 
 
 def prepare_script(jobs: dict[str, dict[str, str]], *, extra_dirs: list[str]) -> str:
