@@ -270,13 +270,13 @@ def _prepared(result: ssh.CommandResult, mark: str, *, layout: bool, after: bool
 
 
 def prepare_script(jobs: dict[str, dict[str, str]], *, extra_dirs: list[str]) -> str:
-    """A shell script that makes the directories and writes the files: each file with the shell's own printf (no
-    process per file), its content and path through shlex.quote. Files are 0644, the launcher 0755. It stops at the
-    first failure. On standard input it has no length limit, where a command line has."""
+    """A shell script that makes the directories and the job's FIFO and writes the files: each file with the shell's
+    own printf (no process per file), its content and path through shlex.quote. Files are 0644, the launcher 0755.
+    It stops at the first failure. On standard input it has no length limit, where a command line has."""
     lines = ["set -e", shlex.join(["mkdir", "-p", *jobs, *extra_dirs])]
     fifos = [f"{job_dir}/ended" for job_dir in jobs]
     lines.append(f"mkfifo {shlex.join(fifos)} 2>/dev/null || true")  # made once: a directory prepared again keeps it
-    texts: list[str] = []
+    lines.append("umask 022")  # the files are 0644 as printf makes them (rackbench only ever writes them so)
     launchers: list[str] = []
     for job_dir, files in jobs.items():
         for name, content in [*files.items(), ("launch.sh", LAUNCHER)]:
@@ -284,9 +284,8 @@ def prepare_script(jobs: dict[str, dict[str, str]], *, extra_dirs: list[str]) ->
                 raise ValueError(f"{name}: a job's file is text, without NUL characters")
             path = f"{job_dir}/{name}"
             lines.append(f"printf %s {shlex.quote(content)} > {shlex.quote(path)}")
-            (launchers if name == "launch.sh" else texts).append(path)
-    if texts:
-        lines.append(shlex.join(["chmod", "644", *texts]))
+            if name == "launch.sh":
+                launchers.append(path)
     lines.append(shlex.join(["chmod", "755", *launchers]))
     return "\n".join(lines) + "\n"
 
@@ -300,15 +299,16 @@ def layout_once(line: str, *, key: list[Any], data_dirs: list[str], memo_dir: st
     of ``key`` (what makes the layout what it is: its command, files and environment, the host); where they are
     the same the next time, it is not run and prints LAYOUT_KEPT instead. Anything that writes, removes or replaces
     one of those files changes that listing, and the layout runs again; so does a host whose ``find`` cannot
-    list them (not GNU find): its listing is empty."""
+    list them (not GNU find): no listing is kept for it. (The listing is find's, unsorted: a directory left as it
+    was lists in the same order, and one listed in another order only has its layout run again.)"""
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
     memo = shlex.quote(f"{memo_dir}/{digest}")
-    listing = f"find {shlex.join(data_dirs)} -maxdepth 1 -type f -printf '%p %s %T@ %i\\n' 2>/dev/null | sort"
+    listing = f"find {shlex.join(data_dirs)} -maxdepth 1 -type f -printf '%p %s %T@ %i\\n' 2>/dev/null"
     return (
-        f'm={memo}; l=$({listing}); if [ -n "$l" ] && [ "$l" = "$(cat "$m" 2>/dev/null)" ]; then '
-        f"echo {shlex.quote(LAYOUT_KEPT)}; exit 0; fi; "
-        f'rm -f "$m"; ( {line} ) || exit $?; '
-        f'{{ mkdir -p {shlex.quote(memo_dir)} && {listing} > "$m.tmp" && mv "$m.tmp" "$m"; }} 2>/dev/null || true'
+        f'm={memo}; if {listing} | cmp -s - "$m"; then echo {shlex.quote(LAYOUT_KEPT)}; exit 0; fi; '
+        f"( {line} ) || exit $?; "
+        f'{{ mkdir -p {shlex.quote(memo_dir)} && {listing} > "$m.tmp" && [ -s "$m.tmp" ] && mv "$m.tmp" "$m"; }} '
+        "2>/dev/null || true"
     )
 
 
@@ -474,39 +474,42 @@ class Collected:
         return int(code) if code.lstrip("-").isdigit() else None
 
 
-def collect_script(job_dir: str, names: list[str], *, limit: int | None = None, before: str = "") -> str:
-    """A shell script that prints ``before``'s output (a fixed command line, never a user's text), then each of the
-    job's files ``names`` (only its last ``limit`` bytes when given), each in a section of its own: a header line,
-    then the content in base64, so that binary bytes, a missing last newline or a line that looks like a header
-    cannot blur two sections, and an end line, so that output cut short is never taken for shorter files. The files
-    are read in the order given: with ``exit_code`` first, the outputs are read after the launcher closed them."""
-    lines = [f"echo '{FRAME} before'", f"{{ {before}\n}} 2>/dev/null | base64" if before else ":"]
+def collect_script(job_dir: str, names: list[str], *, mark: str, limit: int | None = None, before: str = "") -> str:
+    """A shell script that prints ``before``'s output (a fixed command line, never a user's text) as it is, ended by
+    a line holding ``mark`` (a random mark of the call's own: no output can hold it), then each of the job's files
+    ``names`` (only its last ``limit`` bytes when given), each in a section of its own: a header line, then the
+    content in base64, so that binary bytes, a missing last newline or a line that looks like a header cannot blur
+    two sections, and an end line, so that output cut short is never taken for shorter files. The files are read in
+    the order given: with ``exit_code`` first, the outputs are read after the launcher closed them. One process a
+    file, and none for the mark."""
+    lines = [f"{{ {before}\n}} 2>/dev/null" if before else ":", f"echo; echo {shlex.quote(mark)}"]
     lines.append(f"cd {shlex.quote(job_dir)} 2>/dev/null || {{ echo '{FRAME} end'; exit 0; }}")
     for i, name in enumerate(names):
         path = shlex.quote(name)
-        read = f"base64 {path}" if limit is None else f"tail -c {int(limit)} {path} | base64"  # a process a file
+        read = f"base64 {path}" if limit is None else f"tail -c {int(limit)} {path} | base64"
         lines.append(f"if [ -f {path} ]; then echo '{FRAME} {i}'; {read}; fi")
     lines.append(f"echo '{FRAME} end'")
     return "\n".join(lines) + "\n"
 
 
-def parse_collected(out: str, names: list[str]) -> Collected:
+def parse_collected(out: str, names: list[str], *, mark: str) -> Collected:
     """``collect_script``'s output split into its sections; ValueError when it is not whole."""
+    split = out.find(f"\n{mark}\n")
+    if split < 0:
+        raise ValueError("the output was cut short")
     sections: dict[str, list[str]] = {}
     current: list[str] | None = None
-    for line in out.splitlines():
+    for line in out[split + len(mark) + 2 :].splitlines():
         if line.startswith(f"{FRAME} "):
             current = sections.setdefault(line[len(FRAME) + 1 :], [])
         elif current is None:
             raise ValueError("output before the first section")
         else:
             current.append(line)
-    if "before" not in sections or list(sections)[-1] != "end":
+    if list(sections)[-1:] != ["end"]:
         raise ValueError("the output was cut short")
     found = {key: base64.b64decode("".join(lines), validate=True) for key, lines in sections.items() if key != "end"}
-    return Collected(
-        found["before"].decode(errors="replace"), {name: found.get(str(i)) for i, name in enumerate(names)}
-    )
+    return Collected(out[:split], {name: found.get(str(i)) for i, name in enumerate(names)})
 
 
 def job_collect(
@@ -514,10 +517,11 @@ def job_collect(
 ) -> Collected:
     """Read the job's files ``names`` (and the output of ``before``, run first) in one round trip: ``sh -s`` reads
     ``collect_script`` on its standard input."""
-    script = collect_script(job_dir, names, limit=limit, before=before)
+    mark = f"--rackbench-{uuid.uuid4().hex}"
+    script = collect_script(job_dir, names, mark=mark, limit=limit, before=before)
     result = target.check("sh -s", what="reading the job's files", stdin=script.encode())
     try:
-        return parse_collected(result.stdout, names)
+        return parse_collected(result.stdout, names, mark=mark)
     except ValueError as exc:  # binascii.Error is one
         raise ssh.TransientSSHError(target.endpoint, f"reading the job's files: {exc}") from None
 
