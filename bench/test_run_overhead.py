@@ -5,12 +5,16 @@
 Real worker, real lab sshd nodes, PostgreSQL and Redis, as the suite uses them. A campaign of RUNS repetitions of
 a 1 s time-based fio on the 4 lab nodes runs on a worker of its own, once with the end watch
 (RACKBENCH_POLL_WAIT=10: the first poll waits on the hosts for the job's end) and once with interval polls only
-(RACKBENCH_POLL_WAIT=0, RACKBENCH_POLL_INTERVAL=2, the default). Reported per run: wall time between run starts
+(RACKBENCH_POLL_WAIT=0, RACKBENCH_POLL_INTERVAL=2, the default; RACKBENCH_BENCH_POLLED=0 leaves this one out).
+RACKBENCH_BENCH_DB_CONN_MAX_AGE sets the worker's RACKBENCH_DB_CONN_MAX_AGE (the suite's 0, a database connection
+per task, unless given; 60 as deployed by default). Reported per run: wall time between run starts
 (the campaign's pace), started -> finished, and the overhead beyond the 1 s job, median and p90. fio itself takes
 longer than its 1 s runtime (starting, laying out its file; more on a loaded machine), so the job is also timed on
 its hosts (from the first launcher's pid file to the last exit code file: the lab's nodes share this machine's
 clock), and the overhead beyond that is reported too: what rackbench adds between one job's end and the next one's
-start.
+start. That gap is then broken down (medians over the runs): the end noticed after the last exit code was written,
+the collect, the hand-offs to the next run's start task, its preparation (each part as the run's provenance timed
+it) and its submit wave and start margin.
 """
 
 from __future__ import annotations
@@ -32,13 +36,15 @@ from tests.conftest import ROOT, Worker, finished, purge_broker, spare_broker, w
 
 RUNS = int(os.environ.get("RACKBENCH_BENCH_RUNS", "10"))
 POLLED = os.environ.get("RACKBENCH_BENCH_POLLED", "1") != "0"  # 0: the end watch only
+# The worker's RACKBENCH_DB_CONN_MAX_AGE: the suite's 0 (a connection per task) unless given, e.g. 60 as deployed
+CONN_MAX_AGE = os.environ.get("RACKBENCH_BENCH_DB_CONN_MAX_AGE", "0")
 JOB_S = 1.0
 
 
 def measure(name: str, **env: str) -> dict[str, float]:
     broker = spare_broker(0, settings.CELERY_BROKER_URL)
     purge_broker(broker)
-    environment = worker_env(CELERY_BROKER_URL=broker, **env)
+    environment = worker_env(CELERY_BROKER_URL=broker, RACKBENCH_DB_CONN_MAX_AGE=CONN_MAX_AGE, **env)
     fixed = {"rw": "read", "bs": "64k", "size": "8M", "runtime": int(JOB_S), "time_based": 1}
     data = {"name": name, "kind": "fio", "nodes": ["lab1", "lab2", "lab3", "lab4"], "repetitions": RUNS,
             "fixed": fixed, "cache": {"flush_clients": False}}  # fmt: skip
