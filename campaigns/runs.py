@@ -28,7 +28,7 @@ from campaigns.models import (
     RunStatus,
 )
 from campaigns.reservations import campaign_advance_soon, campaign_release, campaign_wind_down
-from plugins.benchmarks.base import Metric, ParamError, get_benchmark
+from plugins.benchmarks.base import Benchmark, Metric, ParamError, get_benchmark
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +43,15 @@ def run_heartbeat(*, run_id: int) -> None:
     Run.objects.filter(pk=run_id).update(heartbeat_at=timezone.now())
 
 
-def run_finish(*, run_id: int, status: str, error: str = "", kill: bool = False) -> bool:
+def run_finish(
+    *, run_id: int, status: str, error: str = "", kill: bool = False, then: Callable[[int], None] | None = None
+) -> bool:
     """Put an active run in a terminal state and let its campaign go on (on the nodes it still holds).
 
     With ``kill``, its processes are killed on its hosts first (``run_killed`` lets the campaign go on then).
     A cancelled run keeps no results (a collect stores them only while the run is collecting, under a lock on its
-    row, so none comes after this).
+    row, so none comes after this). ``then``: how the campaign goes on once this commits (called with its id);
+    by default its advance task is sent.
     """
     assert status in RUN_TERMINAL
     with transaction.atomic():
@@ -65,10 +68,22 @@ def run_finish(*, run_id: int, status: str, error: str = "", kill: bool = False)
         if done and kill:
             transaction.on_commit(partial(dispatch.runner().kill, run_id))
         elif done:
-            if status == RunStatus.SUCCEEDED:
+            campaign_id, kind = Run.objects.values_list("campaign_id", "campaign__kind").get(pk=run_id)
+            if status == RunStatus.SUCCEEDED and _asks_follow_up(kind):
                 _run_follow_up(run_id)
-            campaign_advance_soon(campaign_id=Run.objects.values_list("campaign_id", flat=True).get(pk=run_id))
+            if then is None:
+                campaign_advance_soon(campaign_id=campaign_id)
+            else:
+                transaction.on_commit(partial(then, campaign_id))
     return done
+
+
+def _asks_follow_up(kind: str) -> bool:
+    """Whether the benchmark may ask for a run after one that succeeded (it has a ``follow_up`` of its own)."""
+    try:
+        return type(get_benchmark(kind)).follow_up is not Benchmark.follow_up
+    except ParamError:
+        return False
 
 
 def _run_follow_up(run_id: int) -> Run | None:
@@ -259,6 +274,34 @@ def run_store_results(*, run: Run, metrics: list[Metric], status: str = RunStatu
     """
     with transaction.atomic():
         if not Run.objects.select_for_update().filter(pk=run.pk, status=status).exists():
+            return 0
+        run.results.all().delete()
+        rows = Result.objects.bulk_create(
+            Result(run=run, name=m.name, value=m.value, unit=m.unit, host=m.host, labels=m.labels) for m in metrics
+        )
+    return len(rows)
+
+
+def run_store_collected(
+    *,
+    run: Run,
+    hosts: list[RunHost],
+    tails: tuple[str, str],
+    metrics: list[Metric],
+    update: Callable[[dict[str, Any]], None],
+) -> int:
+    """What a collect found, stored in one transaction under a lock on the run's row: each of ``hosts``' output and
+    exit code (as set on the rows), the run's tails of them (stdout, stderr), its provenance changed by ``update``
+    (which must only merge, as for ``run_provenance_merge``), and its results while it is collecting (as
+    ``run_store_results``: a run cancelled meanwhile keeps none, two collects of one run store them once). Returns
+    how many results were stored."""
+    with transaction.atomic():
+        status, provenance = Run.objects.select_for_update().values_list("status", "provenance").get(pk=run.pk)
+        provenance = dict(provenance)
+        update(provenance)
+        RunHost.objects.bulk_update(hosts, ["stdout", "stderr", "exit_code"], batch_size=200)
+        Run.objects.filter(pk=run.pk).update(stdout_tail=tails[0], stderr_tail=tails[1], provenance=provenance)
+        if status != RunStatus.COLLECTING:
             return 0
         run.results.all().delete()
         rows = Result.objects.bulk_create(

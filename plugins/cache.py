@@ -52,8 +52,12 @@ EXPECT_CACHE = "cache"
 SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the disk
 VIRTUAL_DISKS = ("loop", "ram", "zram", "dm-", "md")
 _FILES = ("/proc/sys/kernel/random/boot_id", "/proc/meminfo", "/proc/diskstats", "/proc/self/mountstats")
+# One process for the files (tail heads each with "==> <file> <==" and skips a missing one), the shell's own loop
+# for the block devices: a snapshot is taken on every host as its job starts and as it ends, and each process more
+# is a fork and an exec on a host that may be busy.
 SNAPSHOT_COMMAND = (
-    f'for f in {" ".join(_FILES)}; do echo "==> $f"; cat "$f" 2>/dev/null; done; echo "==> /sys/block"; ls /sys/block'
+    f"tail -n +1 {' '.join(_FILES)} 2>/dev/null; "
+    'echo "==> /sys/block"; for b in /sys/block/*; do echo "${b##*/}"; done'
 )
 
 
@@ -93,7 +97,7 @@ def _sections(text: str) -> dict[str, str]:
     current: list[str] | None = None
     for line in text.splitlines():
         if line.startswith("==> "):
-            current = found.setdefault(line[4:].strip(), [])
+            current = found.setdefault(line[4:].removesuffix(" <==").strip(), [])
         elif current is not None:
             current.append(line)
     return {name: "\n".join(lines) + "\n" for name, lines in found.items()}

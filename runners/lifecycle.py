@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ from campaigns.plan import (
 )
 from campaigns.planning import benchmark_params
 from common import numbers
+from common.timing import Stopwatch
 from plugins import cache
 from plugins.benchmarks.base import (
     Benchmark,
@@ -66,20 +68,44 @@ class LateStart(ssh.TransientSSHError):
 
 
 FALLBACK_PER_HOST_S = 0.01  # seconds per host a submit wave is reckoned to take where none was measured
+EARLIER_RUNS = 4  # runs of the campaign searched, newest first, for a submit wave to the same number of hosts
 
 
-def start_margin(*, hosts: int, probe_s: float | None, previous: dict[str, Any] | None) -> float:
+def start_margin(*, hosts: int, measured_s: float | None, previous: dict[str, Any] | None) -> float:
     """Seconds between issuing the submit wave and the start instant: at least RACKBENCH_START_MARGIN, and
-    RACKBENCH_START_MARGIN_FACTOR times ``probe_s``, the measured time of one command on all the run's hosts at once
-    (the cache snapshot, just before); after an attempt with late hosts, at least twice what that one needed (its
-    margin plus its worst lateness, and its whole wave)."""
+    RACKBENCH_START_MARGIN_FACTOR times ``measured_s``, what reaching all the run's hosts at once is measured to take
+    (``reckoned_from``: the campaign's last submit wave to as many hosts, else the cache snapshot just taken on
+    them); after an attempt with late hosts, at least twice what that one needed (its margin plus its worst
+    lateness, and its whole wave)."""
     cfg = settings.RACKBENCH
-    measured = probe_s if probe_s is not None else hosts * FALLBACK_PER_HOST_S
+    measured = measured_s if measured_s is not None else hosts * FALLBACK_PER_HOST_S
     margin = max(cfg["START_MARGIN"], cfg["START_MARGIN_FACTOR"] * measured)
     if previous and previous.get("late"):
         needed = previous["margin_s"] + max(previous["late"].values())
         margin = max(margin, 2 * needed, 2 * previous.get("wave_s", 0.0))
     return margin
+
+
+def reckoned_from(run: Run, hosts: int) -> tuple[dict[str, Any], str, float | None]:
+    """The run's start record, and what its margin is reckoned from: the submit wave of the campaign's latest start
+    to as many hosts that reached every one in time (this run's earlier attempt included: a submit wave measures
+    what the margin must cover, the very command, on the same hosts), else the cache snapshot its preparation timed
+    on all its hosts at once (``probe_s``). One query."""
+    rows = (  # newest first (a follow-up run, added later, may come before runs of lower ids: rarely, and harmless)
+        Run.objects.filter(campaign_id=run.campaign_id, pk__lte=run.pk)
+        .order_by("-pk")
+        .values_list("pk", "provenance__start")[: EARLIER_RUNS + 1]
+    )
+    record: dict[str, Any] = {}
+    for pk, start in rows:
+        start = start or {}
+        if pk == run.pk:
+            record = start
+        for attempt in reversed(start.get("attempts") or []):
+            if attempt.get("hosts") == hosts and not attempt.get("late") and "wave_s" in attempt:
+                return record, f"the submit wave of run {pk}", attempt["wave_s"]
+    probe = record.get("probe_s")
+    return record, "the cache snapshot on every host" if probe is not None else "none measured", probe
 
 
 def submit_mains(mains: list[HostJob]) -> int:
@@ -89,14 +115,15 @@ def submit_mains(mains: list[HostJob]) -> int:
     than RACKBENCH_START_TOLERANCE seconds after the instant starts nothing and LateStart is raised (the caller
     undoes the hosts that did start). Every attempt has an id of its own, kept in the hosts' ``submitted`` markers:
     a copy of this submit delivered twice starts nothing more, and no host keeps a job of an earlier attempt.
-    The attempt (id, instant, margin, how long its wave took, late hosts) is kept in provenance["start"]. Returns the
-    instant (ns since the epoch)."""
+    The attempt (id, instant, margin and what it was reckoned from, how long its wave took, late hosts) is kept in
+    provenance["start"]. Returns the instant (ns since the epoch)."""
     if not mains:
         return 0
-    run_id = mains[0].row.run_id
-    record = Run.objects.filter(pk=run_id).values_list("provenance__start", flat=True).first() or {}
+    run = mains[0].row.run  # the rows came from run.hosts: their run is loaded already
+    run_id = run.pk
+    record, source, measured = reckoned_from(run, len(mains))
     earlier = list(record.get("attempts") or [])
-    margin = start_margin(hosts=len(mains), probe_s=record.get("probe_s"), previous=earlier[-1] if earlier else None)
+    margin = start_margin(hosts=len(mains), measured_s=measured, previous=earlier[-1] if earlier else None)
     tolerance = settings.RACKBENCH["START_TOLERANCE"]
     attempt = uuid.uuid4().hex[:12]
     began = time.monotonic()
@@ -110,8 +137,8 @@ def submit_mains(mains: list[HostJob]) -> int:
     answers = remote.fan_out(mains, submit)
     wave = time.monotonic() - began
     late = {j.row.host: round(a / 1e9, 4) for j, a in zip(mains, answers, strict=True) if isinstance(a, int)}
-    entry = {"id": attempt, "start_at_ns": start_at_ns, "margin_s": round(margin, 4), "hosts": len(mains),
-             "wave_s": round(wave, 4), "late": late}  # fmt: skip
+    entry = {"id": attempt, "start_at_ns": start_at_ns, "margin_s": round(margin, 4), "reckoned_from": source,
+             "hosts": len(mains), "wave_s": round(wave, 4), "late": late}  # fmt: skip
 
     def update(provenance: dict[str, Any]) -> None:
         found = provenance.get("start") or {}
@@ -160,6 +187,7 @@ class PollOutcome:
     finished: bool
     vanished: list[str]
     killed: list[str] = field(default_factory=list)  # of ``vanished``: where rackbench killed it
+    targets: list[RunTarget] | None = None  # the run's started hosts as the poll read them (None under Slurm)
 
 
 def run_poll(run: Run, *, wait: float = 0.0) -> PollOutcome:
@@ -170,17 +198,25 @@ def run_poll(run: Run, *, wait: float = 0.0) -> PollOutcome:
         state = slurm_jobs.job_state(login, job_id, host.row.remote_dir)
         store_live_log(run, login, host)
         return PollOutcome(finished=state.finished, vanished=[])
-    hosts = main_targets(run)
+    targets = run_targets(run, started=True)
+    hosts = main_targets(run, targets)
     states = remote.fan_out(hosts, lambda h: remote.job_state(h.target, h.row.remote_dir, wait=wait))
     ssh.raise_first(states)
+    changed = []
     for host, state in zip(hosts, states, strict=True):
         if state.pid and host.row.pid != state.pid:
-            RunHost.objects.filter(pk=host.row.pk).update(pid=state.pid)
+            host.row.pid = state.pid
+            changed.append(host.row)
+    RunHost.objects.bulk_update(changed, ["pid"], batch_size=BATCH)
     if hosts:
         store_live_log(run, hosts[0].target, hosts[0])
     vanished = [h.row.host for h, state in zip(hosts, states, strict=True) if state.vanished]
     killed = [h.row.host for h, state in zip(hosts, states, strict=True) if state.vanished and state.killed]
-    return PollOutcome(finished=all(s.finished for s in states), vanished=vanished, killed=killed)
+    finished = all(s.finished for s in states)
+    return PollOutcome(finished=finished, vanished=vanished, killed=killed, targets=targets)
+
+
+BATCH = 200  # rows per bulk UPDATE of a run's hosts (each may carry a host's whole output)
 
 
 LIVE_LOG_WANTED_FOR = 10.0  # seconds since a campaign page last asked (it asks every 2 s while open)
@@ -256,65 +292,89 @@ def _slurm_outcome(run: Run, login: remote.Target) -> HostOutcome:
     return HostOutcome(stdout, stderr, state.exit_code, state)
 
 
-def run_collect(run: Run) -> tuple[str, str]:
+def run_collect(
+    run: Run, *, targets: list[RunTarget] | None = None, noticed_at: float | None = None
+) -> tuple[str, str]:
     """Fetch every main command's output, store it and the parsed metrics, stop the services.
 
     Each started host is read in one round trip (``remote.job_collect``): its cache counters as the benchmark left
     them, and on a main host its exit code, stdout, stderr and, where it covers the run's reads, its I/O accounting.
+    What it finds for the run's provenance (the start spread, the cache judgement, how long each part took, and
+    ``noticed_at``: when the end was seen, seconds since the epoch) is merged into it, and the outputs and results
+    stored, in one transaction. ``targets``: the run's started hosts, where the caller has just read them.
 
     Returns (status, error): a non-zero exit (or a Slurm job that did not complete), unparsable output, a
     missing metric or a failed plug-in check (e.g. the wrong NCCL transport) fails the run even when every
     command exited 0.
     """
+    watch = Stopwatch()
     benchmark = get_benchmark(run.campaign.kind)
-    targets = run_targets(run, started=True)
+    targets = run_targets(run, started=True) if targets is None else targets
     hosts = main_targets(run, targets)
     login = slurm_login(run)
     accounted = _job_io_covers(run, benchmark, targets)
     files = OUTPUT_FILES + ["io"] if accounted else OUTPUT_FILES
     read = {h.row.pk: files for h in hosts} if login is None else {}  # under Slurm: the output is the login's
-    found = remote.fan_out(
-        targets,
-        lambda t: remote.job_collect(t.target, t.row.remote_dir, read.get(t.row.pk, []), before=cache.SNAPSHOT_COMMAND),
-    )
+    with watch.lap("read"):
+        found = remote.fan_out(
+            targets,
+            lambda t: remote.job_collect(
+                t.target, t.row.remote_dir, read.get(t.row.pk, []), before=cache.SNAPSHOT_COMMAND
+            ),
+        )
     by_pk = {t.row.pk: f for t, f in zip(targets, found, strict=True)}
     snapshots = {t.row.host: _snapshot(f) for t, f in zip(targets, found, strict=True)}
-    samplers.stop(run, targets)  # as soon as the hosts are read: the samplers record the benchmark
+    with watch.lap("samplers"):
+        samplers.stop(run, targets)  # as soon as the hosts are read: the samplers record the benchmark
     if login is not None:
         outputs: list[Any] = [_slurm_outcome(run, login)]
         hosts = hosts[:1]
     else:
         outputs = [_host_outcome(by_pk[h.row.pk]) for h in hosts]
     ssh.raise_first(outputs)
-    if login is None:
-        record_start_spread(run, {h.row.host: by_pk[h.row.pk] for h in hosts})
+    updates = [start_spread_update({h.row.host: by_pk[h.row.pk] for h in hosts})] if login is None else []
     errors: list[str] = []
     per_host: list[Metric] = []
     logs: dict[str, str] = {}
-    for row, outcome in zip([h.row for h in hosts], outputs, strict=True):
-        stdout, stderr = outcome.stdout, outcome.stderr
-        RunHost.objects.filter(pk=row.pk).update(stdout=stdout, stderr=stderr, exit_code=outcome.exit_code)
-        logs[row.host] = f"{stdout}\n{stderr}"
-        if outcome.slurm_state is not None and outcome.slurm_state.error:
-            errors.append(f"{row.host}: {outcome.slurm_state.error}: {last_lines(stderr or stdout)}")
-            continue
-        if outcome.exit_code != 0:
-            errors.append(f"{row.host}: exited with code {outcome.exit_code}: {last_lines(stderr or stdout)}")
-            continue
-        try:
-            per_host += benchmark.parse(stdout, host=row.host)
-        except ParseError as exc:
-            errors.append(f"{row.host}: output could not be parsed: {exc}")
-    Run.objects.filter(pk=run.pk).update(
-        stdout_tail=_tails([(h.row.host, o.stdout) for h, o in zip(hosts, outputs, strict=True)]),
-        stderr_tail=_tails([(h.row.host, o.stderr) for h, o in zip(hosts, outputs, strict=True)]),
-    )
-    stop_services(run, targets)
+    with watch.lap("parse"):
+        for row, outcome in zip([h.row for h in hosts], outputs, strict=True):
+            stdout, stderr = outcome.stdout, outcome.stderr
+            logs[row.host] = f"{stdout}\n{stderr}"
+            if outcome.slurm_state is not None and outcome.slurm_state.error:
+                errors.append(f"{row.host}: {outcome.slurm_state.error}: {last_lines(stderr or stdout)}")
+                continue
+            if outcome.exit_code != 0:
+                errors.append(f"{row.host}: exited with code {outcome.exit_code}: {last_lines(stderr or stdout)}")
+                continue
+            try:
+                per_host += benchmark.parse(stdout, host=row.host)
+            except ParseError as exc:
+                errors.append(f"{row.host}: output could not be parsed: {exc}")
+    with watch.lap("services"):
+        stop_services(run, targets)
     metrics = per_host + benchmark.aggregate(per_host) if per_host else []
-    services.run_store_results(run=run, metrics=metrics)
     outputs_by_host = {h.row.host: o.stdout for h, o in zip(hosts, outputs, strict=True)}
     processes = _job_io(hosts, by_pk) if accounted else None
-    _judge_cache(run, benchmark, metrics, outputs_by_host, snapshots, processes)
+    updates.append(_cache_update(benchmark, metrics, outputs_by_host, snapshots, processes))
+    collected = dict(watch.laps)
+    updates.append(lambda provenance: _timing_update(provenance, noticed_at=noticed_at, collect=collected))
+
+    def merge(provenance: dict[str, Any]) -> None:
+        for update in updates:
+            update(provenance)
+
+    for host, outcome in zip(hosts, outputs, strict=True):
+        host.row.stdout, host.row.stderr, host.row.exit_code = outcome.stdout, outcome.stderr, outcome.exit_code
+    services.run_store_collected(
+        run=run,
+        hosts=[h.row for h in hosts],
+        tails=(
+            _tails([(h.row.host, o.stdout) for h, o in zip(hosts, outputs, strict=True)]),
+            _tails([(h.row.host, o.stderr) for h, o in zip(hosts, outputs, strict=True)]),
+        ),
+        metrics=metrics,
+        update=merge,
+    )
     samplers.collect(run, targets)  # after the results: it adds its summaries to them
     if not errors:
         errors += benchmark.missing(metrics, [h.row.host for h in hosts])
@@ -322,20 +382,28 @@ def run_collect(run: Run) -> tuple[str, str]:
     return (RunStatus.FAILED, "\n".join(errors)) if errors else (RunStatus.SUCCEEDED, "")
 
 
-def record_start_spread(run: Run, found: dict[str, Any]) -> None:
-    """Keep in provenance["start"] the instants the hosts' launchers really started (their ``started`` files): the
-    spread (max - min, seconds), the first and last host, how long after the start instant the last one started,
-    and each host's offset from the instant (ms)."""
+def _timing_update(provenance: dict[str, Any], *, noticed_at: float | None, collect: dict[str, float]) -> None:
+    timing = dict(provenance.get("timing") or {})
+    if noticed_at is not None:
+        timing["noticed_at"] = round(noticed_at, 3)
+    timing["collect"] = collect
+    provenance["timing"] = timing
+
+
+def start_spread_update(found: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    """What keeps in provenance["start"] the instants the hosts' launchers really started (their ``started``
+    files): the spread (max - min, seconds), the first and last host, how long after the start instant the last one
+    started, and each host's offset from the instant (ms)."""
     started: dict[str, int] = {}
     for host, collected in found.items():
         text = collected.text("started").strip() if isinstance(collected, remote.Collected) else ""
         if text.isdigit():
             started[host] = int(text)
-    if not started:
-        return
-    first, last = min(started, key=started.__getitem__), max(started, key=started.__getitem__)
 
     def update(provenance: dict[str, Any]) -> None:
+        if not started:
+            return
+        first, last = min(started, key=started.__getitem__), max(started, key=started.__getitem__)
         record = dict(provenance.get("start") or {})
         at = record.get("start_at_ns") or started[first]
         record.update(
@@ -348,7 +416,7 @@ def record_start_spread(run: Run, found: dict[str, Any]) -> None:
         )
         provenance["start"] = record
 
-    services.run_provenance_merge(run_id=run.pk, update=update)
+    return update
 
 
 def _job_io_covers(run: Run, benchmark: Benchmark, targets: list[RunTarget]) -> bool:
@@ -370,16 +438,15 @@ def _job_io(hosts: list[RunTarget], found: dict[int, Any]) -> dict[str, dict[str
     return io if io and all(io.values()) else None
 
 
-def _judge_cache(
-    run: Run,
+def _cache_update(
     benchmark: Benchmark,
     metrics: list[Metric],
     outputs: dict[str, str],
     ended: dict[str, Any],
     processes: dict[str, dict[str, int]] | None,
-) -> None:
-    """Compare what the benchmark read with what was read from storage meanwhile (plugins/cache.py), and keep the
-    evidence and its flags in the run's provenance. Counters that could not be read leave the run unjudged."""
+) -> Callable[[dict[str, Any]], None]:
+    """What compares what the benchmark read with what was read from storage meanwhile (plugins/cache.py), and keeps
+    the evidence and its flags in the run's provenance. Counters that could not be read leave the run unjudged."""
     read = benchmark.bytes_read(metrics, outputs) if metrics else None
     end = {host: s for host, s in ended.items() if isinstance(s, dict) and "error" not in s}
 
@@ -402,7 +469,7 @@ def _judge_cache(
         )
         provenance["cache"] = found
 
-    services.run_provenance_merge(run_id=run.pk, update=update)
+    return update
 
 
 def stop_services(run: Run, targets: list[RunTarget]) -> None:

@@ -20,6 +20,7 @@ from campaigns.plan import (
     display_command,
 )
 from campaigns.planning import benchmark_params
+from common.timing import Stopwatch
 from inventory.crypto import decrypt
 from plugins import cache
 from plugins.benchmarks.base import (
@@ -103,38 +104,67 @@ def stop_containers(campaign: Any, nodes: list[Any]) -> list[str]:
     return [str(r) for r in results if isinstance(r, BaseException)]
 
 
-def run_prepare(run: Run) -> list[HostJob]:
-    """Write the run's files on every host, flush caches per the policy, record provenance."""
+def run_prepare(run: Run, *, watch: Stopwatch | None = None) -> list[HostJob]:
+    """Write the run's files on every host, flush caches per the policy, record provenance (with how long each part
+    took, in ``provenance["timing"]["prepare"]``; ``watch``: the step's stopwatch, else one of its own)."""
+    watch = watch or Stopwatch()
     benchmark = get_benchmark(run.campaign.kind)
-    jobs = host_jobs(run, benchmark)
+    with watch.lap("hosts"):
+        jobs = host_jobs(run, benchmark)
     if not any(job.main for job in jobs):
         raise ParamError("kind", f"{benchmark.kind} built no command for any host of this run")
     options = slurm_options(run)
     if options:
         _check_slurm_jobs(benchmark, jobs)  # before anything is mounted, started or written
     provenance = dict(run.provenance)
-    provenance["mounts"] = mount_storage(run, jobs)  # first: the data directories live on the mounts
-    provenance["container"] = start_containers(run, jobs)
-    written = remote.fan_out(jobs, _prepare_host)
-    _record_commands([job for job, result in zip(jobs, written, strict=True) if not isinstance(result, BaseException)])
+    with watch.lap("mounts"):
+        provenance["mounts"] = mount_storage(run, jobs)  # first: the data directories live on the mounts
+    with watch.lap("containers"):
+        provenance["container"] = start_containers(run, jobs)
+    # A run whose preparation is only files, layout and flushes has each host's layout run in the round trip that
+    # writes its files, and, where no flush follows, the cache counters read there too.
+    plain = not options and not run.campaign.telemetry and not (benchmark.uses_mpi and len(jobs) > 1)
+    flushes = run.campaign.flush_clients or (run.campaign.flush_storage and run.campaign.storage is not None)
+    folded = _Folded(run, layout=plain, snapshot=plain and not flushes)
+    began = time.monotonic()
+    with watch.lap("files"):
+        written = remote.fan_out(jobs, folded.prepare_host)
+        wave = time.monotonic() - began
+        _record_commands(
+            [job for job, result in zip(jobs, written, strict=True) if not isinstance(result, BaseException)]
+        )
     ssh.raise_first(written)
+    if folded.layout:
+        provenance["layout"] = folded.layouts(jobs, written)
     if run.campaign.telemetry:
-        provenance["telemetry"] = samplers.prepare(run, jobs)
+        with watch.lap("telemetry"):
+            provenance["telemetry"] = samplers.prepare(run, jobs)
     if benchmark.uses_mpi and len(jobs) > 1:
-        _mirror_primary_files(jobs)
-        if not options:  # in a Slurm allocation mpirun reaches its hosts through Slurm, not over SSH
-            mpi_reachability(run, jobs)
+        with watch.lap("mpi"):
+            _mirror_primary_files(jobs)
+            if not options:  # in a Slurm allocation mpirun reaches its hosts through Slurm, not over SSH
+                mpi_reachability(run, jobs)
     if options:
         provenance["slurm"] = _prepare_slurm(run, jobs[0], options)
-    provenance["hosts"] = hosts_provenance(run, benchmark, jobs)
+    with watch.lap("versions"):
+        provenance["hosts"] = hosts_provenance(run, benchmark, jobs)
     provenance["params"] = run.params
-    provenance["layout"] = lay_out_data(run, jobs)  # before the flush: the run reads data no cache just received
-    provenance["flush"] = flush_caches(run, jobs)
-    began = time.monotonic()
-    start = remote.fan_out(jobs, lambda j: snapshot(j.target))  # the counters as the measured job starts
-    ssh.raise_first(start)
-    # One command on every host at once, timed: what the start barrier's margin is reckoned from (lifecycle).
-    provenance["start"] = {**(provenance.get("start") or {}), "probe_s": round(time.monotonic() - began, 4)}
+    if not folded.layout:
+        with watch.lap("layout"):
+            provenance["layout"] = lay_out_data(run, jobs)  # before the flush: the run reads data no cache just had
+    with watch.lap("flush"):
+        provenance["flush"] = flush_caches(run, jobs)
+    if folded.snapshot:
+        start: list[Any] = [snapshot_record(p.after or "") for p in written]
+    else:
+        began = time.monotonic()
+        with watch.lap("snapshot"):
+            start = remote.fan_out(jobs, lambda j: snapshot(j.target))  # the counters as the measured job starts
+            wave = time.monotonic() - began
+        ssh.raise_first(start)
+    # A command on every host at once, timed (the snapshot, or the round trip it was taken in): what the start
+    # barrier's margin is reckoned from where the campaign has no earlier submit wave (lifecycle).
+    provenance["start"] = {**(provenance.get("start") or {}), "probe_s": round(wave, 4)}
     provenance["cache"] = {
         "expect": cache.expectation(
             flush_clients=run.campaign.flush_clients, warmup_runs=run.campaign.warmup_runs, is_warmup=run.is_warmup
@@ -142,6 +172,7 @@ def run_prepare(run: Run) -> list[HostJob]:
         "start": {j.row.host: s for j, s in zip(jobs, start, strict=True)},
         "flags": [f for record in provenance["flush"] for f in record.get("flags", [])],
     }
+    provenance["timing"] = {**(provenance.get("timing") or {}), "prepare": dict(watch.laps)}
     Run.objects.filter(pk=run.pk).update(provenance=provenance, heartbeat_at=timezone.now())
     return jobs
 
@@ -157,17 +188,50 @@ def _main_files(job: HostJob) -> dict[str, str]:
     return {**job.main.files, "command.sh": remote.command_script(job.main.argv, _main_env(job))}
 
 
-def _prepare_host(job: HostJob) -> None:
+class _Folded:
+    """What each host's files round trip also does: its layout (``layout``), and the cache snapshot after it
+    (``snapshot``)."""
+
+    def __init__(self, run: Run, *, layout: bool, snapshot: bool) -> None:
+        self.run, self.layout, self.snapshot = run, layout, snapshot
+        self.at = timezone.now()
+
+    def prepare_host(self, job: HostJob) -> remote.Prepared:
+        line = layout_lines(self.run, job)[1] if self.layout and job.layout else ""
+        after = cache.SNAPSHOT_COMMAND if self.snapshot else ""
+        timeout = self.run.campaign.run_timeout_s if line else None  # a layout may take as long as a run
+        return _prepare_host(job, lay_out=line, after=after, timeout=timeout)
+
+    def layouts(self, jobs: list[HostJob], written: list[Any]) -> dict[str, dict[str, Any]]:
+        """The layouts' records, as ``lay_out_data`` keeps them; the first that failed is raised."""
+        ended = timezone.now()
+        records: dict[str, dict[str, Any]] = {}
+        for job, prepared in zip(jobs, written, strict=True):
+            result = prepared.layout
+            if job.layout is None or result is None:
+                continue
+            if not result.ok:
+                detail = (result.stderr or result.stdout).strip()[-500:]
+                raise ssh.PermanentSSHError(
+                    job.target.endpoint, f"laying out the benchmark's data failed (exit {result.exit_code}): {detail}"
+                )
+            records[job.row.host] = _layout_record(layout_lines(self.run, job)[0], self.at, ended, result)
+        return records
+
+
+def _prepare_host(job: HostJob, *, lay_out: str = "", after: str = "", timeout: float | None = None) -> remote.Prepared:
+    """Write the host's files (the layout's included: run before the flush), then run ``lay_out`` (its layout
+    command, when it goes with them) and ``after``, in one round trip."""
     run_dir = job.context.run_dir
     data_dirs = [job.context.data_dir] + [f"{mount}/{job.context.node}" for mount in job.context.mounts]
     dirs = data_dirs + ([job.service_dir] if job.service else [])
-    layout = job.layout.files if job.layout else {}  # written now, in the same round trip; run before the flush
+    layout = job.layout.files if job.layout else {}
     files = {run_dir: {**layout, **_main_files(job)}}
     if job.service:
         service_files = dict(job.service.files)
         service_files["command.sh"] = remote.command_script(job.service.argv, job.service.env)
         files[job.service_dir] = service_files
-    remote.jobs_prepare(job.target, files, extra_dirs=dirs)
+    return remote.jobs_prepare(job.target, files, extra_dirs=dirs, layout=lay_out, after=after, timeout=timeout)
 
 
 def _record_commands(jobs: list[HostJob]) -> None:
@@ -364,22 +428,44 @@ def unmount_storage(campaign: Any, nodes: list[Any]) -> list[str]:
     return [str(r) for r in results if isinstance(r, BaseException)]
 
 
+LAYOUTS_DIR = "layouts"  # under rackbench's directory on a host: what each layout left (remote.layout_once)
+
+
 def lay_out_data(run: Run, jobs: list[HostJob]) -> dict[str, dict[str, Any]]:
     """Run every host's layout command (the benchmark's data written where it will read it); returns what ran where
     and when. Each may take as long as a run may."""
     hosts = [j for j in jobs if j.layout]
 
     def lay_out(job: HostJob) -> dict[str, Any]:
-        assert job.layout is not None
-        line = display_command(job.context.run_dir, job.layout.argv, {**job.context.env, **job.layout.env})
+        shown, sent = layout_lines(run, job)
         at = timezone.now()
-        result = job.target.check(line, what="laying out the benchmark's data", timeout=run.campaign.run_timeout_s)
-        return {"command": line, "at": at.isoformat(), "ended_at": timezone.now().isoformat(),
-                "seconds": round(result.seconds, 3)}  # fmt: skip
+        result = job.target.check(sent, what="laying out the benchmark's data", timeout=run.campaign.run_timeout_s)
+        return _layout_record(shown, at, timezone.now(), result)
 
     results = remote.fan_out(hosts, lay_out)
     ssh.raise_first(results)
     return {j.row.host: r for j, r in zip(hosts, results, strict=True)}
+
+
+def layout_lines(run: Run, job: HostJob) -> tuple[str, str]:
+    """The host's layout command as the run shows it, and as it is sent: a layout that names its data directories
+    (``HostCommand.data_dirs``) is skipped where they hold the files as the same layout left them (``kept``: it
+    would do nothing), except in a container, whose directories the host may not see as the container does."""
+    assert job.layout is not None
+    env = {**job.context.env, **job.layout.env}
+    line = display_command(job.context.run_dir, job.layout.argv, env)
+    if not job.layout.data_dirs or run.campaign.container:
+        return line, line
+    key = [job.row.host, job.layout.argv, env, job.layout.files, job.layout.data_dirs]
+    memo_dir = f"{job.root}/{LAYOUTS_DIR}"
+    return line, remote.layout_once(line, key=key, data_dirs=job.layout.data_dirs, memo_dir=memo_dir)
+
+
+def _layout_record(line: str, at: Any, ended: Any, result: ssh.CommandResult) -> dict[str, Any]:
+    record = {"command": line, "at": at.isoformat(), "ended_at": ended.isoformat(), "seconds": round(result.seconds, 3)}
+    if remote.LAYOUT_KEPT in result.stdout:
+        record["kept"] = True
+    return record
 
 
 def snapshot(target: remote.Target) -> dict[str, Any]:

@@ -10,6 +10,7 @@ A detached job lives in its own directory on the host::
     started      the instant the launcher ran command.sh (its modification time; once the command ended, its
                  content: that time in ns since the epoch, the node's clock)
     killed       marker written by job_kill: rackbench stopped it (not someone else, not a reboot)
+    ended        a FIFO the launcher writes to once the exit code is there: what a poll waiting for the end blocks on
     pid, stdout, stderr, exit_code
     io           the launcher's /proc/<pid>/io as the command ended: the kernel adds every process it waited for
                  (the command, and what that reaped in turn), so it is the I/O the job itself did
@@ -23,8 +24,11 @@ the files.
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 import shlex
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -179,7 +183,9 @@ OTHER_ATTEMPT_EXIT = 76  # a submit that found the job started by another attemp
 # own between the wake-up and command.sh: ``: > started`` (a shell builtin) stamps the file's modification time,
 # turned into ns in its content once the command has ended (``date -r``). Its resolution is the kernel's file
 # timestamps' (a clock tick, 1-4 ms, and up to a tick behind the clock): on 256 lab nodes waking together on two
-# cores, one ``date`` each before its command doubled the measured spread.
+# cores, one ``date`` each before its command doubled the measured spread. Once the exit code is there, a few bytes
+# into the FIFO ``ended`` (made with the job's files) wake whoever waits for the end (``job_state``); opened
+# read-write, it never blocks, and with nobody waiting the bytes are gone once it is closed.
 LAUNCHER = """#!/bin/sh
 # Written by rackbench. Runs command.sh detached at its start instant; the files beside it are the job's state.
 cd "$(dirname "$0")" || exit 90
@@ -194,6 +200,7 @@ rc=$?
 date -r started +%s%N > started.tmp 2>/dev/null && mv started.tmp started
 cat /proc/$$/io > io.tmp 2>/dev/null && mv io.tmp io
 echo $rc > exit_code.tmp && mv exit_code.tmp exit_code
+[ -p ended ] && { printf rackbench >&3; } 3<>ended 2>/dev/null
 """
 
 
@@ -209,19 +216,77 @@ def job_prepare(target: Target, job_dir: str, *, extra_dirs: list[str], files: d
     jobs_prepare(target, {job_dir: files}, extra_dirs=extra_dirs)
 
 
-def jobs_prepare(target: Target, jobs: dict[str, dict[str, str]], *, extra_dirs: list[str]) -> None:
+@dataclass(frozen=True)
+class Prepared:
+    """What ``jobs_prepare`` ran once the files were written: the layout's own result (None where none was asked),
+    and the output of the command asked for after it (None where none was asked, or the layout failed)."""
+
+    layout: ssh.CommandResult | None = None
+    after: str | None = None
+
+
+def jobs_prepare(
+    target: Target,
+    jobs: dict[str, dict[str, str]],
+    *,
+    extra_dirs: list[str],
+    layout: str = "",
+    after: str = "",
+    timeout: float | None = None,
+) -> Prepared:
     """Create job directories (job directory -> its files) and ``extra_dirs`` and write every job's files and
-    launcher, in one round trip: ``sh -s`` reads the script of ``prepare_script`` on its standard input."""
+    launcher, in one round trip: ``sh -s`` reads the script of ``prepare_script`` on its standard input. In the same
+    round trip, once the files are written, it runs ``layout`` (a command line laying out the benchmark's data), then
+    ``after`` (a command whose output is wanted, e.g. the cache snapshot), which a failed layout skips: what would
+    otherwise take round trips of their own. Their outputs are told apart by a mark of this call's own."""
     script = prepare_script(jobs, extra_dirs=extra_dirs)
-    target.check("sh -s", what="creating the run directory and writing its files", stdin=script.encode())
+    if not layout and not after:
+        target.check("sh -s", what="creating the run directory and writing its files", stdin=script.encode())
+        return Prepared()
+    mark = f"--rackbench-{uuid.uuid4().hex}"
+    script += f"set +e\necho {mark}\n"
+    if layout:
+        script += f"( {layout}\n); rc=$?; echo {mark} $rc; echo {mark} >&2; [ $rc -eq 0 ] || exit 0\n"
+    if after:
+        script += f"{{ {after}\n}} 2>/dev/null\n"
+    result = target.check(
+        "sh -s", what="creating the run directory and writing its files", stdin=script.encode(), timeout=timeout
+    )
+    try:
+        return _prepared(result, mark, layout=bool(layout), after=bool(after))
+    except ValueError as exc:
+        raise ssh.TransientSSHError(target.endpoint, f"preparing the run: {exc}") from None
+
+
+def _prepared(result: ssh.CommandResult, mark: str, *, layout: bool, after: bool) -> Prepared:
+    out, err = result.stdout, result.stderr
+    begin = out.find(f"{mark}\n")
+    if begin < 0:
+        raise ValueError("the output was cut short")
+    rest = out[begin + len(mark) + 1 :]
+    found = None
+    if layout:
+        end = rest.find(f"{mark} ")
+        line_end = rest.find("\n", end)
+        if end < 0 or line_end < 0:
+            raise ValueError("the layout's output was cut short")
+        code = int(rest[end + len(mark) + 1 : line_end])
+        err_end = err.find(mark)
+        found = ssh.CommandResult(code, rest[:end], err[:err_end] if err_end >= 0 else err, result.seconds)
+        rest = rest[line_end + 1 :]
+        if code != 0:
+            return Prepared(found)
+    return Prepared(found, rest if after else None)
 
 
 def prepare_script(jobs: dict[str, dict[str, str]], *, extra_dirs: list[str]) -> str:
-    """A shell script that makes the directories and writes the files: each file with the shell's own printf (no
-    process per file), its content and path through shlex.quote. Files are 0644, the launcher 0755. It stops at the
-    first failure. On standard input it has no length limit, where a command line has."""
+    """A shell script that makes the directories and the job's FIFO and writes the files: each file with the shell's
+    own printf (no process per file), its content and path through shlex.quote. Files are 0644, the launcher 0755.
+    It stops at the first failure. On standard input it has no length limit, where a command line has."""
     lines = ["set -e", shlex.join(["mkdir", "-p", *jobs, *extra_dirs])]
-    texts: list[str] = []
+    fifos = [f"{job_dir}/ended" for job_dir in jobs]
+    lines.append(f"mkfifo {shlex.join(fifos)} 2>/dev/null || true")  # made once: a directory prepared again keeps it
+    lines.append("umask 022")  # the files are 0644 as printf makes them (rackbench only ever writes them so)
     launchers: list[str] = []
     for job_dir, files in jobs.items():
         for name, content in [*files.items(), ("launch.sh", LAUNCHER)]:
@@ -229,11 +294,32 @@ def prepare_script(jobs: dict[str, dict[str, str]], *, extra_dirs: list[str]) ->
                 raise ValueError(f"{name}: a job's file is text, without NUL characters")
             path = f"{job_dir}/{name}"
             lines.append(f"printf %s {shlex.quote(content)} > {shlex.quote(path)}")
-            (launchers if name == "launch.sh" else texts).append(path)
-    if texts:
-        lines.append(shlex.join(["chmod", "644", *texts]))
+            if name == "launch.sh":
+                launchers.append(path)
     lines.append(shlex.join(["chmod", "755", *launchers]))
     return "\n".join(lines) + "\n"
+
+
+LAYOUT_KEPT = "rackbench: the data is as the same layout left it, not laid out again"
+
+
+def layout_once(line: str, *, key: list[Any], data_dirs: list[str], memo_dir: str) -> str:
+    """``line`` (a layout command) made to run only where it would change something: the files directly in
+    ``data_dirs`` (path, size, modification time, inode) as it leaves them are kept in ``memo_dir``, under a digest
+    of ``key`` (what makes the layout what it is: its command, files and environment, the host); where they are
+    the same the next time, it is not run and prints LAYOUT_KEPT instead. Anything that writes, removes or replaces
+    one of those files changes that listing, and the layout runs again; so does a host whose ``find`` cannot
+    list them (not GNU find): no listing is kept for it. (The listing is find's, unsorted: a directory left as it
+    was lists in the same order, and one listed in another order only has its layout run again.)"""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+    memo = shlex.quote(f"{memo_dir}/{digest}")
+    listing = f"find {shlex.join(data_dirs)} -maxdepth 1 -type f -printf '%p %s %T@ %i\\n' 2>/dev/null"
+    return (
+        f'm={memo}; if {listing} | cmp -s - "$m"; then echo {shlex.quote(LAYOUT_KEPT)}; exit 0; fi; '
+        f"( {line} ) || exit $?; "
+        f'{{ mkdir -p {shlex.quote(memo_dir)} && {listing} > "$m.tmp" && [ -s "$m.tmp" ] && mv "$m.tmp" "$m"; }} '
+        "2>/dev/null || true"
+    )
 
 
 JOB_MARKER = "RACKBENCH_JOB"  # in the environment of every process a job starts: its directory
@@ -274,7 +360,8 @@ def job_submit(
     return None
 
 
-WATCH_TICK = 0.05  # seconds between looks at a watched job
+WATCH_TICK = 0.05  # seconds between looks at a watched job without its FIFO
+WATCH_SLICE = 0.5  # seconds a watch blocks on the job's FIFO before it looks whether the job's process is alive
 COMMAND_TIMEOUT = 30.0  # seconds a watching job_state may take beyond its wait
 
 
@@ -299,28 +386,40 @@ class JobState:
 
 def job_state(target: Target, job_dir: str, *, wait: float = 0.0) -> JobState:
     """The job's state; with ``wait``, read once it has ended (an exit code, or its process gone) or after ``wait``
-    seconds, whichever comes first: the end of a short job is noticed within 50 ms instead of a poll interval."""
+    seconds, whichever comes first: the end of a short job is noticed as it happens instead of a poll interval later.
+
+    The wait blocks on the job's FIFO (``ended``), which its launcher writes to once the exit code is there; every
+    WATCH_SLICE seconds it looks whether the job's process is still alive. Where the FIFO is missing (a job prepared
+    by an earlier version) or the node has no ``timeout``/``dd``, it looks every WATCH_TICK seconds instead. The
+    files are read with the shell's own ``read``: no process per file."""
     d = shlex.quote(job_dir)
     ticks = int(wait / WATCH_TICK)
+    per_slice = int(WATCH_SLICE / WATCH_TICK)
+    alive = '[ -n "$p" ] && ! kill -0 "$p" 2>/dev/null && break'
     watch = (
-        f'n={ticks}; while [ "$n" -gt 0 ] && [ ! -e exit_code ]; do p=$(cat pid 2>/dev/null); '
-        f'[ -n "$p" ] && ! kill -0 "$p" 2>/dev/null && break; sleep {WATCH_TICK}; n=$((n-1)); done; '
+        f'ticks() {{ n=$1; while [ "$n" -gt 0 ] && [ ! -e exit_code ]; do {alive}; sleep {WATCH_TICK}; '
+        f"n=$((n-1)); done; }}; w={ticks}; "
+        f'if [ -p ended ]; then {{ while [ "$w" -gt 0 ] && [ ! -e exit_code ]; do {alive}; '
+        f"timeout {WATCH_SLICE} dd bs=1 count=1 of=/dev/null <&3 2>/dev/null; r=$?; [ $r -eq 0 ] && break; "
+        f'[ $r -eq 124 ] || {{ ticks "$w"; break; }}; w=$((w-{per_slice})); done; }} 3<>ended; '
+        f'else ticks "$w"; fi; '
         if ticks > 0
         else ""
     )
     line = (
-        f"cd {d} 2>/dev/null || exit 0; {watch}p=$(cat pid 2>/dev/null); e=$(cat exit_code 2>/dev/null); "
+        f"cd {d} 2>/dev/null || exit 0; p=; e=; t=; {{ read p < pid; }} 2>/dev/null; {watch}{{ read p < pid; }} "
+        f"2>/dev/null; {{ read e < exit_code; }} 2>/dev/null; {{ read t < submitted; }} 2>/dev/null; "
         f'a=no; [ -n "$p" ] && kill -0 "$p" 2>/dev/null && a=yes; s=no; [ -e submitted ] && s=yes; '
-        f'k=no; [ -e killed ] && k=yes; t=$(cat submitted 2>/dev/null); echo "$p|$e|$a|$s|$k|$t"'
+        f'k=no; [ -e killed ] && k=yes; echo "$p|$e|$a|$s|$k|$t"'
     )
     out = target.run(line, timeout=(wait + COMMAND_TIMEOUT) if ticks > 0 else None).stdout.strip()
     if not out:
         return JobState(None, None, False, False)
-    pid, code, alive, submitted, killed, attempt = (out.split("|", 5) + [""] * 6)[:6]
+    pid, code, alive_, submitted, killed, attempt = (out.split("|", 5) + [""] * 6)[:6]
     return JobState(
         pid=int(pid) if pid.isdigit() else None,
         exit_code=int(code) if code.lstrip("-").isdigit() else None,
-        alive=alive == "yes",
+        alive=alive_ == "yes",
         submitted=submitted == "yes",
         killed=killed == "yes",
         attempt=attempt,
@@ -385,39 +484,42 @@ class Collected:
         return int(code) if code.lstrip("-").isdigit() else None
 
 
-def collect_script(job_dir: str, names: list[str], *, limit: int | None = None, before: str = "") -> str:
-    """A shell script that prints ``before``'s output (a fixed command line, never a user's text), then each of the
-    job's files ``names`` (only its last ``limit`` bytes when given), each in a section of its own: a header line,
-    then the content in base64, so that binary bytes, a missing last newline or a line that looks like a header
-    cannot blur two sections, and an end line, so that output cut short is never taken for shorter files. The files
-    are read in the order given: with ``exit_code`` first, the outputs are read after the launcher closed them."""
-    read = "cat" if limit is None else f"tail -c {int(limit)}"
-    lines = [f"echo '{FRAME} before'", f"{{ {before}\n}} 2>/dev/null | base64" if before else ":"]
+def collect_script(job_dir: str, names: list[str], *, mark: str, limit: int | None = None, before: str = "") -> str:
+    """A shell script that prints ``before``'s output (a fixed command line, never a user's text) as it is, ended by
+    a line holding ``mark`` (a random mark of the call's own: no output can hold it), then each of the job's files
+    ``names`` (only its last ``limit`` bytes when given), each in a section of its own: a header line, then the
+    content in base64, so that binary bytes, a missing last newline or a line that looks like a header cannot blur
+    two sections, and an end line, so that output cut short is never taken for shorter files. The files are read in
+    the order given: with ``exit_code`` first, the outputs are read after the launcher closed them. One process a
+    file, and none for the mark."""
+    lines = [f"{{ {before}\n}} 2>/dev/null" if before else ":", f"echo; echo {shlex.quote(mark)}"]
     lines.append(f"cd {shlex.quote(job_dir)} 2>/dev/null || {{ echo '{FRAME} end'; exit 0; }}")
     for i, name in enumerate(names):
         path = shlex.quote(name)
-        lines.append(f"if [ -f {path} ]; then echo '{FRAME} {i}'; {read} {path} | base64; fi")
+        read = f"base64 {path}" if limit is None else f"tail -c {int(limit)} {path} | base64"
+        lines.append(f"if [ -f {path} ]; then echo '{FRAME} {i}'; {read}; fi")
     lines.append(f"echo '{FRAME} end'")
     return "\n".join(lines) + "\n"
 
 
-def parse_collected(out: str, names: list[str]) -> Collected:
+def parse_collected(out: str, names: list[str], *, mark: str) -> Collected:
     """``collect_script``'s output split into its sections; ValueError when it is not whole."""
+    split = out.find(f"\n{mark}\n")
+    if split < 0:
+        raise ValueError("the output was cut short")
     sections: dict[str, list[str]] = {}
     current: list[str] | None = None
-    for line in out.splitlines():
+    for line in out[split + len(mark) + 2 :].splitlines():
         if line.startswith(f"{FRAME} "):
             current = sections.setdefault(line[len(FRAME) + 1 :], [])
         elif current is None:
             raise ValueError("output before the first section")
         else:
             current.append(line)
-    if "before" not in sections or list(sections)[-1] != "end":
+    if list(sections)[-1:] != ["end"]:
         raise ValueError("the output was cut short")
     found = {key: base64.b64decode("".join(lines), validate=True) for key, lines in sections.items() if key != "end"}
-    return Collected(
-        found["before"].decode(errors="replace"), {name: found.get(str(i)) for i, name in enumerate(names)}
-    )
+    return Collected(out[:split], {name: found.get(str(i)) for i, name in enumerate(names)})
 
 
 def job_collect(
@@ -425,10 +527,11 @@ def job_collect(
 ) -> Collected:
     """Read the job's files ``names`` (and the output of ``before``, run first) in one round trip: ``sh -s`` reads
     ``collect_script`` on its standard input."""
-    script = collect_script(job_dir, names, limit=limit, before=before)
+    mark = f"--rackbench-{uuid.uuid4().hex}"
+    script = collect_script(job_dir, names, mark=mark, limit=limit, before=before)
     result = target.check("sh -s", what="reading the job's files", stdin=script.encode())
     try:
-        return parse_collected(result.stdout, names)
+        return parse_collected(result.stdout, names, mark=mark)
     except ValueError as exc:  # binascii.Error is one
         raise ssh.TransientSSHError(target.endpoint, f"reading the job's files: {exc}") from None
 

@@ -156,17 +156,26 @@ def run_start_task(self: Task, run_id: int) -> None:
         return  # already past this step (a redelivered message)
     with _step_lease(run_id, [RunStatus.QUEUED, RunStatus.PREPARING]) as held:
         if held:
-            _start(self, run_id)
+            _start(self, run)
 
 
-def _start(task: Task, run_id: int) -> None:
-    """The start step, holding its lease: flush, write the files and submit on every host, all in one attempt."""
-    services.run_transition(run_id=run_id, old=[RunStatus.QUEUED], new=RunStatus.PREPARING, started_at=timezone.now())
-    run = _load(run_id)
-    if run is None or run.status != RunStatus.PREPARING:
-        return  # cancelled, or a twin of this task started it already
+def _start(task: Task, run: Run) -> None:
+    """The start step, holding its lease: flush, write the files and submit on every host, all in one attempt.
+
+    A run this step takes from queued was never started anywhere (nothing else starts a run): it is prepared at
+    once. One that was preparing already (a worker died meanwhile, or a retry) is looked at on its hosts first."""
+    run_id = run.pk
+    now = timezone.now()
+    fresh = services.run_transition(run_id=run_id, old=[RunStatus.QUEUED], new=RunStatus.PREPARING, started_at=now)
+    if fresh:
+        run.status, run.started_at = RunStatus.PREPARING, now
+    else:
+        found = _load(run_id)
+        if found is None or found.status != RunStatus.PREPARING:
+            return  # cancelled, or a twin of this task started it already
+        run = found
     try:
-        if _resume_submitted(run):
+        if not fresh and _resume_submitted(run):
             _mark_running(run)
             return
         jobs = execution.run_prepare(run)
@@ -207,9 +216,12 @@ def _resume_submitted(run: Run) -> bool:
 def _mark_running(run: Run, *, start_at_ns: int = 0) -> None:
     """Running; its first poll comes at the hosts' start instant (``start_at_ns``), at once when there is none: before
     it, a watching poll's loops on every host would only compete for their CPUs with the launchers waking up."""
-    if services.run_transition(run_id=run.pk, old=[RunStatus.PREPARING], new=RunStatus.RUNNING, **HAND_ON):
+    token = uuid.uuid4().hex  # the poll chain's, set with the move to running
+    if services.run_transition(
+        run_id=run.pk, old=[RunStatus.PREPARING], new=RunStatus.RUNNING, poll_token=token, **HAND_ON
+    ):
         until_start = max(0.0, (start_at_ns - time.time_ns()) / 1e9) if start_at_ns else 0.0
-        _schedule_poll(run.pk, services.run_new_poll_token(run_id=run.pk), countdown=until_start)
+        _schedule_poll(run.pk, token, countdown=until_start)
         return
     status = Run.objects.filter(pk=run.pk).values_list("status", flat=True).first()
     if status in RUN_TERMINAL and status != RunStatus.SUCCEEDED:
@@ -242,10 +254,12 @@ def _poll(task: Task, run: Run, token: str, lease: str) -> None:
         services.run_mark_failed(run_id=run_id, error=vanished_error(outcome), kill=True)  # the other hosts' too
         return
     if outcome.finished:
+        noticed_at = time.time()
         # Collected here, under this poll's lease (no Celery hand-off): the run is collecting now, so no other
         # poll or collect task takes it while the lease is renewed.
         if services.run_transition(run_id=run_id, old=[RunStatus.RUNNING], new=RunStatus.COLLECTING):
-            _collect(task, run_id, lease=lease)
+            run.status = RunStatus.COLLECTING
+            _collect(task, run_id, lease=lease, run=run, targets=outcome.targets, noticed_at=noticed_at)
         return
     timeout = run.campaign.run_timeout_s
     if run.started_at and (timezone.now() - run.started_at).total_seconds() > timeout:
@@ -280,15 +294,24 @@ def run_collect_task(self: Task, run_id: int) -> None:
             _collect(self, run_id)
 
 
-def _collect(task: Task, run_id: int, *, lease: str = "") -> None:
-    """The collect step, under its lease. ``lease``: collected by the poll that saw the end, under that poll's lease;
-    a transient failure then gives the lease up and hands the step to run_collect_task, whose retries go on (the
+def _collect(
+    task: Task,
+    run_id: int,
+    *,
+    lease: str = "",
+    run: Run | None = None,
+    targets: list[execution.RunTarget] | None = None,
+    noticed_at: float | None = None,
+) -> None:
+    """The collect step, under its lease. ``lease``: collected by the poll that saw the end, under that poll's lease
+    (``run``, which it has just moved to collecting, and its started hosts, ``targets``, as it read them); a
+    transient failure then gives the lease up and hands the step to run_collect_task, whose retries go on (the
     poll task's own retry would find the run collecting and do nothing)."""
-    run = _load(run_id)
+    run = run or _load(run_id)
     if run is None or run.status != RunStatus.COLLECTING:
         return  # a twin of this task collected it already
     try:
-        status, error = execution.run_collect(run)
+        status, error = execution.run_collect(run, targets=targets, noticed_at=noticed_at)
     except Exception as exc:
         if lease and _is_transient(exc):
             services.run_lease_release(run_id=run_id, owner=lease)
@@ -296,7 +319,7 @@ def _collect(task: Task, run_id: int, *, lease: str = "") -> None:
             return
         _retry_or_fail(task, run_id, exc, kill=True)  # services may still run
         return
-    if services.run_finish(run_id=run_id, status=status, error=error):
+    if services.run_collected(run_id=run_id, status=status, error=error):
         enqueue_prometheus_pull(run_id)
 
 

@@ -36,7 +36,8 @@ def snapshot_text(*, meminfo: str, diskstats: str, mountstats: str, blocks: str)
         "/proc/self/mountstats": (TELEMETRY / mountstats).read_text(),
         "/sys/block": blocks,
     }
-    return "".join(f"==> {name}\n{text}" for name, text in parts.items())
+    files = "\n".join(f"==> {name} <==\n{text}" for name, text in parts.items() if name != "/sys/block")  # tail's heads
+    return f"{files}==> /sys/block\n{parts['/sys/block']}"
 
 
 def test_a_snapshot_reads_the_page_cache_less_shared_memory_and_the_whole_disks_and_nfs_reads() -> None:

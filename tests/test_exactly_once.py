@@ -116,8 +116,8 @@ def test_a_slow_step_keeps_its_lease_and_a_duplicate_backs_off(
 
 
 def ended_poll(monkeypatch: pytest.MonkeyPatch, collect: Any) -> tuple[Run, list[Any]]:
-    """A running run whose poll sees every exit code, with ``collect`` standing in for run_collect; returns the run
-    and the collect tasks sent."""
+    """A running run whose poll sees every exit code, with ``collect`` standing in for run_collect (and taking its
+    keyword options); returns the run and the collect tasks sent."""
     run = a_run(RunStatus.RUNNING)
     token = services.run_new_poll_token(run_id=run.pk)
     sent: list[Any] = []
@@ -135,7 +135,7 @@ def test_the_poll_that_sees_the_end_collects_in_its_own_task_under_its_lease(
 ) -> None:
     seen: list[tuple[str, str]] = []
 
-    def collect(run: Run) -> tuple[str, str]:
+    def collect(run: Run, **_: Any) -> tuple[str, str]:
         row = Run.objects.get(pk=run.pk)
         seen.append((row.status, row.lease_owner))
         return RunStatus.SUCCEEDED, ""
@@ -150,7 +150,7 @@ def test_the_poll_that_sees_the_end_collects_in_its_own_task_under_its_lease(
 def test_a_collect_in_the_poll_that_fails_for_a_transient_reason_goes_to_the_collect_task(
     offline_nodes: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def collect(run: Run) -> tuple[str, str]:
+    def collect(run: Run, **_: Any) -> tuple[str, str]:
         raise run_tasks.ssh.TransientSSHError(None, "connection reset")
 
     run, sent = ended_poll(monkeypatch, collect)
@@ -162,7 +162,7 @@ def test_a_collect_in_the_poll_that_fails_for_a_transient_reason_goes_to_the_col
 def test_a_collect_in_the_poll_that_fails_for_good_fails_the_run(
     offline_nodes: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def collect(run: Run) -> tuple[str, str]:
+    def collect(run: Run, **_: Any) -> tuple[str, str]:
         raise run_tasks.ssh.PermanentSSHError(None, "authentication failed")
 
     run, sent = ended_poll(monkeypatch, collect)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -9,6 +10,7 @@ import pytest
 
 from campaigns import services
 from campaigns.models import Run
+from plugins import cache
 from runners import execution, remote
 from tests.test_campaign_e2e import fio_campaign
 
@@ -23,13 +25,16 @@ def launched(name: str, nodes: list[str], *, repetitions: int) -> Any:
         return services.campaign_launch(campaign=services.campaign_apply(data=data))
 
 
-def prepare(runs: Any) -> list[tuple[str, str]]:
-    """Prepare the runs one after the other; returns every command run on a host, with the host."""
+def prepare(runs: Any, scripts: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+    """Prepare the runs one after the other; returns every command run on a host, with the host (and adds what each
+    command read on its standard input to ``scripts``)."""
     commands: list[tuple[str, str]] = []
     run_command = remote.Target.run
 
     def counted(target: remote.Target, command: str, **options: Any) -> Any:
         commands.append((target.endpoint.name, command))
+        if scripts is not None:
+            scripts.append((target.endpoint.name, (options.get("stdin") or b"").decode()))
         return run_command(target, command, **options)
 
     with mock.patch.object(remote.Target, "run", counted), mock.patch.object(remote.Target, "put") as put:
@@ -41,21 +46,23 @@ def prepare(runs: Any) -> list[tuple[str, str]]:
 
 def test_versions_are_read_once_per_campaign_and_node_and_recorded_in_every_run(lab: dict[str, Any]) -> None:
     campaign = launched("versions-once", ["lab1", "lab2"], repetitions=3)
+    scripts: list[tuple[str, str]] = []
 
-    commands = prepare(campaign.runs.order_by("sequence"))
+    commands = prepare(campaign.runs.order_by("sequence"), scripts)
 
     reads = sorted(host for host, command in commands if command.startswith("uname"))
     assert reads == ["lab1", "lab2"]
     recorded = [run.provenance["hosts"] for run in campaign.runs.order_by("sequence")]
     assert len(recorded) == 3 and all(hosts == recorded[0] for hosts in recorded)
     assert recorded[0]["lab1"]["tool_version"].startswith("fio-") and recorded[0]["lab1"]["kernel"]
-    # Writing a host's directories and files (the layout pass's included) is one round trip per run, before the
-    # layout pass and the flush that follow it.
+    # Preparing a host is one round trip per run (no flush follows here): its directories and files written, then
+    # the layout pass, then its cache counters read as the job will start.
     lab1 = [command for host, command in commands if host == "lab1" and not command.startswith("uname")]
-    assert sum(command == "sh -s" for command in lab1) == 3
-    assert not any(command.startswith("mkdir") for command in lab1)
-    layouts = [i for i, command in enumerate(lab1) if "--create_only=1" in command]
-    assert len(layouts) == 3 and all(lab1[i - 1] == "sh -s" for i in layouts)
+    assert lab1 == ["sh -s"] * 3
+    for script in [text for host, text in scripts if host == "lab1" and text]:
+        written, layout, counters = (script.index(x) for x in ("printf", "--create_only=1", cache.SNAPSHOT_COMMAND))
+        assert written < layout < counters
+    assert all(run.provenance["cache"]["start"]["lab1"]["cached"] > 0 for run in campaign.runs.all())
 
 
 def test_a_node_changed_under_its_name_has_its_versions_read_again(lab: dict[str, Any]) -> None:
@@ -68,3 +75,31 @@ def test_a_node_changed_under_its_name_has_its_versions_read_again(lab: dict[str
     commands = prepare([second])
 
     assert [host for host, command in commands if command.startswith("uname")] == ["lab1"]
+
+
+def data_file(run: Run, host: str) -> Path:
+    """The file fio lays out for ``host`` (the lab's nodes share this machine's filesystem)."""
+    job_file = Path(run.hosts.get(host=host).remote_dir) / "layout.fio"
+    directory = next(x for x in job_file.read_text().splitlines() if x.startswith("directory="))[len("directory=") :]
+    return Path(directory) / "rackbench.0.0"
+
+
+def test_a_layout_is_not_run_again_on_the_data_it_left_and_is_once_that_data_changed(lab: dict[str, Any]) -> None:
+    first, second, third = launched("layout-kept", ["lab1", "lab2"], repetitions=3).runs.order_by("sequence")
+    prepare([first])
+    laid_out = data_file(first, "lab1")
+    before = laid_out.stat()
+
+    prepare([second])
+
+    layout = Run.objects.get(pk=second.pk).provenance["layout"]
+    assert layout["lab1"]["kept"] and layout["lab2"]["kept"]  # fio would have found every file as it left them
+    assert "fio --create_only=1" in layout["lab1"]["command"]  # what the layout is, as the run page shows it
+    assert laid_out.stat().st_mtime_ns == before.st_mtime_ns and laid_out.stat().st_ino == before.st_ino
+    laid_out.unlink()  # what any change to the data does: the listing the layout left no longer matches
+
+    prepare([third])
+
+    layout = Run.objects.get(pk=third.pk).provenance["layout"]
+    assert "kept" not in layout["lab1"] and layout["lab2"]["kept"]
+    assert laid_out.stat().st_size == 8 * 1024**2  # laid out again, whole

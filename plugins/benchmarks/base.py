@@ -93,6 +93,11 @@ class HostCommand:
     service: bool = False
     # For a service: argv that exits 0 once the service accepts work (polled before the mains start).
     ready_argv: list[str] = field(default_factory=list)
+    # For a layout: the directories it writes its files into (directly, not in subdirectories), where its whole
+    # effect is on these files and a second run of it on files it laid out does nothing. The runner then skips a
+    # layout whose command and files are those of the last layout on the host and whose directories hold the same
+    # files (names, sizes, modification times, inodes) as that layout left; empty: the layout runs every time.
+    data_dirs: list[str] = field(default_factory=list)
 
 
 class Benchmark:

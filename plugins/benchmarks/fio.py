@@ -235,6 +235,11 @@ class _Job:
     shared: dict[str, str] = field(default_factory=dict)  # options written in [global] (global_options)
     named: bool = False  # the campaign named the job: name= is written in [global] too, as the seeds' job files do
 
+    @property
+    def directories(self) -> list[str]:
+        """Where fio puts the job's files: its ``directory`` (a list separated by ':')."""
+        return self.placement[0].removeprefix("directory=").split(":")
+
 
 def _checked(key: Any, value: Any) -> str:
     if not isinstance(key, str):
@@ -600,13 +605,17 @@ class Fio(Benchmark):
     def layout(self, params: dict[str, Any], host: HostContext) -> HostCommand | None:
         """For a job that reads: ``fio --create_only=1`` on the host's own job file (the one its fio, or the primary's
         fio --client, runs), which lays out the same files and does no I/O on them. fio keeps a file of the right
-        size as it is, so a second layout does nothing."""
+        size as it is, so a second layout does nothing: its files are in the job's directories (``data_dirs``), and
+        the runner skips the layout where they are as the same layout left them (fio takes a few tenths of a second
+        to start)."""
         fio_params, _ = _client_options(params)
         job = _job(fio_params, data_dirs=_data_dirs(host, host.node))
         if job.options.get("rw", job.shared.get("rw")) not in READING_MODES:
             return None
         return HostCommand(
-            argv=["fio", "--create_only=1", "--eta=never", LAYOUT_FILE], files={LAYOUT_FILE: _job_file(job)}
+            argv=["fio", "--create_only=1", "--eta=never", LAYOUT_FILE],
+            files={LAYOUT_FILE: _job_file(job)},
+            data_dirs=job.directories,
         )
 
     def bytes_read(self, metrics: list[Metric], outputs: dict[str, str]) -> float | None:
