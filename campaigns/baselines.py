@@ -232,11 +232,11 @@ def stored_aggregated(*, campaign_ids: list[int]) -> Iterator[tuple[int, int, st
         "campaign_id", "point", Cast("params", TextField()), "name", "labels_text", "unit", "n", "mean", "stdev",
         "low", "high", "median",
     ):  # fmt: skip
-        metric = labelled.get((name, labels))
-        if metric is None:
-            metric = labelled[name, labels] = metric_label(name, json.loads(labels) if labels != "{}" else {})
-        stats = summary_stats(n=n, mean=mean, stdev=stdev, low=low, high=high, median=median)
-        yield campaign_id, point, params, metric, unit, stats
+        if labels == "{}":
+            metric = name
+        elif (metric := labelled.get((name, labels))) is None:
+            metric = labelled[name, labels] = metric_label(name, json.loads(labels))
+        yield campaign_id, point, params, metric, unit, summary_stats(n, mean, stdev, low, high, median)
 
 
 def aggregated(
@@ -276,18 +276,17 @@ def aggregated(
 
 
 def _sql_stats(row: dict[str, Any]) -> verdicts.Stats:
-    return summary_stats(n=row["n"], mean=row["mean"], stdev=row["stdev"], low=row["low"], high=row["high"],
-                         median=row.get("median"))  # fmt: skip
+    return summary_stats(row["n"], row["mean"], row["stdev"], row["low"], row["high"], row.get("median"))
 
 
 def summary_stats(
-    *, n: int, mean: float, stdev: float | None, low: float, high: float, median: float | None
+    n: int, mean: float, stdev: float | None, low: float, high: float, median: float | None
 ) -> verdicts.Stats:
     """verdicts.Stats from SQL aggregates, as verdicts.stats_of gives them from the values: a stdev of 0 for one value
     or identical ones (stddev_samp is NULL for one), no cv for one value or a zero mean."""
     stdev = 0.0 if n < 2 or low == high or stdev is None else stdev
     cv = stdev / abs(mean) if n > 1 and mean != 0 else None
-    return verdicts.Stats(n=n, mean=mean, stdev=stdev, min=low, max=high, cv=cv, median=median)
+    return verdicts.Stats(n, mean, stdev, low, high, cv, median)
 
 
 def cache_doubts(*, campaign: Campaign, runs: Iterable[int] | None = None) -> dict[str, list[str]]:

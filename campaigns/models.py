@@ -185,8 +185,9 @@ class Run(models.Model):
     class Meta:
         ordering = ["campaign", "sequence"]
         constraints = [models.UniqueConstraint(fields=["campaign", "sequence"], name="run_unique_sequence")]
-        # A point's runs without reading the campaign's others: what refreshing a point's summaries reads.
-        indexes = [models.Index(fields=["campaign", "point"], name="run_campaign_point")]
+        # A point's runs without reading the campaign's others (what refreshing a point's summaries reads), and the
+        # first run of each point from the index alone (the analysis pages' point pickers).
+        indexes = [models.Index(fields=["campaign", "point", "id"], name="run_campaign_point")]
 
     def __str__(self) -> str:
         return f"{self.campaign.name} #{self.sequence}"

@@ -352,7 +352,7 @@ def compare(
         cells: list[dict[str, Any] | None] = []
         changes: list[dict[str, Any] | None] = []
         for i, found in enumerate(present):
-            cells.append(summed_up(_described(found.stats), policy.statistic) if found else None)
+            cells.append(_cell(found.stats, policy.statistic) if found else None)
             if i == 0:
                 changes.append(None)
                 continue
@@ -424,6 +424,13 @@ def _compared_in_python(*, sets: list[tuple[str, Campaign, list[int] | None]], b
                 table[cell] = baselines.Summary(series.point, series.params, series.unit, stats)
         tables.append(table)
     return tables
+
+
+def _cell(stats: Any, statistic: str) -> dict[str, Any]:
+    """``summed_up(_described(stats), statistic)`` in one dict: a comparison of two large campaigns has thousands."""
+    return {"statistic": statistic, "value": stats.median if statistic == "median" else stats.mean, "n": stats.n,
+            "mean": stats.mean, "median": stats.median, "stdev": stats.stdev, "min": stats.min, "max": stats.max,
+            "cv": (stats.stdev / stats.mean) if stats.mean else None}  # fmt: skip
 
 
 def _described(stats: Any) -> dict[str, Any]:

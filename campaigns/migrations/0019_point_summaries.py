@@ -174,7 +174,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='run',
-            index=models.Index(fields=['campaign', 'point'], name='run_campaign_point'),
+            index=models.Index(fields=['campaign', 'point', 'id'], name='run_campaign_point'),
         ),
         migrations.AddField(
             model_name='pointsummary',
