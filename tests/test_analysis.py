@@ -249,6 +249,20 @@ def test_it_keeps_long_names_whole_in_tooltips_and_wraps_them(owner: Any, team: 
     assert f'title="{name[:100]}"' in page and "…<title>" in page  # legend cut short, whole name as its tooltip
 
 
+def test_a_compare_row_escapes_a_unit_metric_or_reason_that_reads_as_markup_and_shows_numbers_as_they_are() -> None:
+    from analysis.reports import Change, CompareRow
+    from analysis.templatetags.analysis_tags import compare_row
+
+    cell = {"value": 1500.0, "stdev": 2.5, "n": 3}
+    reference, judged = Change("change-reference", "reference", "p=0.01 < 0.05"), Change("change-none", "+0%", "x")
+    marked = str(compare_row(CompareRow("bs=4k", "<i>x</i>", "<b>'s", True, [(cell, reference), (cell, judged)])))
+    plain = str(compare_row(CompareRow("bs=4k", "bw_bytes", "B/s", True, [(cell, reference), (cell, judged)])))
+
+    assert "<b>" not in marked and "<i>" not in marked and "'s" not in marked
+    assert 'title="1500 &lt;b&gt;&#x27;s"' in marked and "&lt;i&gt;x&lt;/i&gt;" in marked and "p=0.01 &lt; 0.05" in marked
+    assert plain.count('<span class="qty" title="1500 B/s">1.50 kB/s</span>') == 2 and 'title="2.5 B/s">2.50 B/s' in plain
+
+
 @pytest.mark.django_db
 def test_it_compares_with_a_fixed_number_of_queries_whatever_the_number_of_runs(
     owner: Any, team: Any, django_assert_max_num_queries: Any
