@@ -173,6 +173,10 @@ class Migration(migrations.Migration):
             ],
         ),
         migrations.AddIndex(
+            model_name='result',
+            index=models.Index(condition=models.Q(('host', '')), fields=['run'], name='result_aggregates'),
+        ),
+        migrations.AddIndex(
             model_name='run',
             index=models.Index(fields=['campaign', 'point', 'id'], name='run_campaign_point'),
         ),
