@@ -23,7 +23,7 @@ from inventory.models import StorageSystem
 # --- compare ------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Change:
     css: str  # change-better, change-worse, change-none, change-missing
     text: str
@@ -49,7 +49,7 @@ def change_of(change: dict[str, Any] | None, cell: dict[str, Any] | None, base: 
     return Change("change-none", f"{amount}: no significant change", change["reason"])
 
 
-@dataclass
+@dataclass(slots=True)
 class CompareRow:
     params: str
     metric: str

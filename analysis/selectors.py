@@ -97,7 +97,7 @@ def point_params(*, campaign_ids: list[int]) -> dict[tuple[int, int], dict[str, 
     """The parameters of every matrix point of the campaigns, by (campaign id, point), read from one run each."""
     if not campaign_ids:
         return {}
-    rows = _first_per_point(Run.objects.filter(campaign_id__in=campaign_ids))
+    rows = _first_per_point(Run.objects.filter(campaign_id__in=campaign_ids)).order_by()  # a dict: no join to sort
     return {(cid, point): params for cid, point, params in rows.values_list("campaign_id", "point", "params")}
 
 

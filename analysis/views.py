@@ -104,23 +104,25 @@ def compare(request: HttpRequest) -> HttpResponse:
     picks, problems = forms.picks(request.META.get("QUERY_STRING", ""))
     policy = forms.policy(request.GET, problems)
     statistic = forms.statistic(request.GET, problems)
-    errors = [str(p) for p in problems]
     sets = selectors.compare_sets(request=request, picks=picks)
-    context = _base(request, list(dict.fromkeys(c for _, c, _ in sets)), errors)
+    tables, result = [], None
+    if len(sets) >= 2:
+        # the page and its exports show each cell's value, stdev and n: no median for a comparison by mean
+        result = campaign_selectors.compare(sets=sets, policy=policy, statistic=statistic, every_statistic=False)
+        rows, table = reports.compare_report(result)
+        tables.append(table)
+    download = exports.export(request, name="compare", tables=tables)
+    if isinstance(download, HttpResponse):  # an export: none of the page's pickers
+        return download
+    context = _base(request, list(dict.fromkeys(c for _, c, _ in sets)), [str(p) for p in problems])
     picked = {f"{p.id}:{p.point}" for p in picks if p.kind == "point"}
     points = selectors.point_choices(campaign_ids=context["selected"])
     groups = [(c, [{**p, "value": f"{c.pk}:{p['point']}", "checked": f"{c.pk}:{p['point']}" in picked}
                    for p in points[c.pk]]) for c in context["campaigns"]]  # fmt: skip
     context.update(sets=sets, policy=policy, rows=[], columns=[], point_groups=groups, statistics=STATISTICS,
                    stat=statistic or (sets[0][1].statistic if sets else "mean"), stat_asked=statistic)  # fmt: skip
-    tables = []
-    if len(sets) >= 2:
-        # the page and its exports show each cell's value, stdev and n: no median for a comparison by mean
-        result = campaign_selectors.compare(sets=sets, policy=policy, statistic=statistic, every_statistic=False)
-        context["rows"], table = reports.compare_report(result)
-        context["columns"] = result["columns"]
-        context["differences"] = selectors.set_differences(sets)
-        tables.append(table)
+    if result is not None:
+        context.update(rows=rows, columns=result["columns"], differences=selectors.set_differences(sets))
     return _render(request, "analysis/compare.html", context, name="compare", tables=tables)
 
 

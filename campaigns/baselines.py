@@ -28,6 +28,7 @@ from campaigns.models import (
     Baseline,
     Campaign,
     CampaignStatus,
+    PointSummary,
     Result,
     Run,
     RunStatus,
@@ -165,14 +166,19 @@ def campaigns_point_summaries(
 ) -> dict[int, dict[Key, Summary]] | None:
     """What ``campaigns_point_values`` gives, summed up in SQL (count, avg, stddev_samp, min, max and the median,
     one row per campaign, point and metric instead of one per repetition); with ``pooled``, the points of each
-    campaign pooled (key params ""), as a comparison of chosen runs pools them. Without ``median``, the median is
-    left out (None): it is most of the query's time (an ordered-set aggregate sorts each group).
+    campaign pooled (key params ""), as a comparison of chosen runs pools them.
+
+    Whole campaigns point by point are read from their stored summaries (``stored_point_summaries``); chosen runs,
+    or pooled points, are aggregated from their results (without ``median``, the median is left out, None: it is
+    most of that query's time).
 
     None where SQL cannot answer as the Python path would: a database without an exact median
     (``summaries_in_sql``), or two points of one campaign with the same axes (their repetitions pool, and medians do
     not add up)."""
     if not summaries_in_sql():
         return None
+    if runs is None and not pooled:
+        return stored_point_summaries(campaigns=campaigns)
     axes = {c.pk: [name for name, _ in c.matrix] for c in campaigns}
     measured = Run.objects.filter(campaign__in=list(axes), status=RunStatus.SUCCEEDED, is_warmup=False)
     if runs is not None:
@@ -195,6 +201,42 @@ def campaigns_point_summaries(
         text, point_params = ("", {}) if pooled else points[campaign_id, point]
         found[campaign_id][Key(text, metric)] = Summary(point, point_params, unit, stats)
     return found
+
+
+def stored_point_summaries(*, campaigns: list[Campaign]) -> dict[int, dict[Key, Summary]] | None:
+    """``campaigns_point_summaries`` of whole campaigns point by point, read from their stored summaries; None where
+    two points of one campaign have the same axes (the Python path pools them)."""
+    axes = {c.pk: [name for name, _ in c.matrix] for c in campaigns}
+    points: dict[tuple[int, int], tuple[str, dict[str, Any]]] = {}
+    found: dict[int, dict[Key, Summary]] = defaultdict(dict)
+    for campaign_id, point, params, metric, unit, stats in stored_aggregated(campaign_ids=list(axes)):
+        at = points.get((campaign_id, point))
+        if at is None:
+            run_params = json.loads(params)
+            point_params = {k: run_params[k] for k in axes[campaign_id] if k in run_params}
+            at = points[campaign_id, point] = (json.dumps(point_params, sort_keys=True), point_params)
+        found[campaign_id][Key(at[0], metric)] = Summary(point, at[1], unit, stats)
+    if len({(cid, text) for (cid, _), (text, _) in points.items()}) < len(points):
+        return None
+    return found
+
+
+def stored_aggregated(*, campaign_ids: list[int]) -> Iterator[tuple[int, int, str, str, str, verdicts.Stats]]:
+    """(campaign id, point, the parameters of the point's first counted run as JSON text, metric with its labels,
+    unit, statistics) of each point and metric of the campaigns: what ``aggregated`` computes point by point,
+    read from campaigns.models.PointSummary, which PostgreSQL keeps up to date as results and runs change (one row
+    per point and metric, whatever the repetitions; PostgreSQL only)."""
+    rows = PointSummary.objects.filter(campaign_id__in=campaign_ids).order_by()
+    labelled: dict[tuple[str, str], str] = {}  # a campaign has a few metrics, each in every point: decoded once
+    for campaign_id, point, params, name, labels, unit, n, mean, stdev, low, high, median in rows.values_list(
+        "campaign_id", "point", Cast("params", TextField()), "name", "labels_text", "unit", "n", "mean", "stdev",
+        "low", "high", "median",
+    ):  # fmt: skip
+        if labels == "{}":
+            metric = name
+        elif (metric := labelled.get((name, labels))) is None:
+            metric = labelled[name, labels] = metric_label(name, json.loads(labels))
+        yield campaign_id, point, params, metric, unit, summary_stats(n, mean, stdev, low, high, median)
 
 
 def aggregated(
@@ -234,12 +276,17 @@ def aggregated(
 
 
 def _sql_stats(row: dict[str, Any]) -> verdicts.Stats:
-    """verdicts.Stats from a row of SQL aggregates, as verdicts.stats_of gives them from the values: a stdev of 0 for
-    one value or identical ones (stddev_samp is NULL for one), no cv for one value or a zero mean."""
-    n, mean, low, high = row["n"], row["mean"], row["low"], row["high"]
-    stdev = 0.0 if n < 2 or low == high else row["stdev"]
+    return summary_stats(row["n"], row["mean"], row["stdev"], row["low"], row["high"], row.get("median"))
+
+
+def summary_stats(
+    n: int, mean: float, stdev: float | None, low: float, high: float, median: float | None
+) -> verdicts.Stats:
+    """verdicts.Stats from SQL aggregates, as verdicts.stats_of gives them from the values: a stdev of 0 for one value
+    or identical ones (stddev_samp is NULL for one), no cv for one value or a zero mean."""
+    stdev = 0.0 if n < 2 or low == high or stdev is None else stdev
     cv = stdev / abs(mean) if n > 1 and mean != 0 else None
-    return verdicts.Stats(n=n, mean=mean, stdev=stdev, min=low, max=high, cv=cv, median=row.get("median"))
+    return verdicts.Stats(n, mean, stdev, low, high, cv, median)
 
 
 def cache_doubts(*, campaign: Campaign, runs: Iterable[int] | None = None) -> dict[str, list[str]]:

@@ -11,22 +11,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Max, Q
+from django.db.models import OuterRef, Subquery
 
 from campaigns.models import Campaign, Run, RunStatus
 
 
 def configurations(campaigns: list[Campaign]) -> dict[int, dict[str, Any]]:
-    """configuration() of each campaign, in two queries: the hosts of each campaign's last succeeded run (the run
-    with the most hosts of a node-count sweep, in the usual ascending order)."""
-    measured = Run.objects.filter(campaign__in=[c.pk for c in campaigns], status=RunStatus.SUCCEEDED, is_warmup=False)
-    # The last run of each campaign, by a query SQLite answers too (it has no DISTINCT ON).
-    last = Q()
-    for campaign_id, sequence in (
-        measured.values("campaign_id").annotate(last=Max("sequence")).values_list("campaign_id", "last")
-    ):
-        last |= Q(campaign_id=campaign_id, sequence=sequence)
-    hosts = dict(measured.filter(last).values_list("campaign_id", "provenance__hosts")) if last else {}
+    """configuration() of each campaign, in one query: the hosts of each campaign's last succeeded run (the run
+    with the most hosts of a node-count sweep, in the usual ascending order), found from the end of the campaign's
+    runs by sequence (the unique index) rather than by reading all of them."""
+    last = Run.objects.filter(campaign=OuterRef("pk"), status=RunStatus.SUCCEEDED, is_warmup=False)
+    hosts = dict(
+        Campaign.objects.filter(pk__in=[c.pk for c in campaigns])
+        .annotate(hosts=Subquery(last.order_by("-sequence").values("provenance__hosts")[:1]))
+        .order_by()
+        .values_list("pk", "hosts")
+    )
     return {c.pk: configuration(c, hosts.get(c.pk) or {}) for c in campaigns}
 
 

@@ -185,6 +185,9 @@ class Run(models.Model):
     class Meta:
         ordering = ["campaign", "sequence"]
         constraints = [models.UniqueConstraint(fields=["campaign", "sequence"], name="run_unique_sequence")]
+        # A point's runs without reading the campaign's others (what refreshing a point's summaries reads), and the
+        # first run of each point from the index alone (the analysis pages' point pickers).
+        indexes = [models.Index(fields=["campaign", "point", "id"], name="run_campaign_point")]
 
     def __str__(self) -> str:
         return f"{self.campaign.name} #{self.sequence}"
@@ -237,12 +240,57 @@ class Result(models.Model):
 
     class Meta:
         ordering = ["run", "name", "host"]
-        indexes = [models.Index(fields=["run", "name"])]
+        indexes = [
+            models.Index(fields=["run", "name"]),
+            # A run's aggregates without its per-host rows (a thousand hosts: a thousand times fewer): what refreshing
+            # a point's summaries reads.
+            models.Index(fields=["run"], condition=models.Q(host=""), name="result_aggregates"),
+        ]
         # One number per run, metric, host and labels: a run's results are stored once, whatever collects it.
         constraints = [models.UniqueConstraint(fields=["run", "name", "host", "labels"], name="result_unique")]
 
     def __str__(self) -> str:
         return f"{self.name}={self.value} {self.unit}"
+
+
+class PointSummary(models.Model):
+    """The statistics of one aggregate metric (with its labels) at one matrix point of a campaign, over the point's
+    succeeded measured runs: what compare and the campaign statistics read instead of every repetition.
+
+    Derived data, never written by Python: on PostgreSQL, triggers on results and runs (migration 0019) refresh a
+    point's rows in the transaction that changes its results or which of its runs count (a run succeeding, a run
+    deleted), whoever writes them (services, a migration, the ORM in a test, raw SQL). On SQLite the table stays
+    empty and the statistics are computed from the rows (campaigns.baselines.summaries_in_sql).
+
+    Counted as campaigns.baselines.aggregated counts: results with no host (the aggregate across hosts) and no
+    ``job`` label, of runs that succeeded and are not warm-ups; grouped by name and the labels' jsonb text.
+    """
+
+    # No foreign key constraint and no cascade from Django: the rows go when the campaign's runs go (the triggers),
+    # and a refresh during the campaign's own deletion never meets a constraint on the row being deleted.
+    # Read by campaign: the unique constraint's index, campaign first, serves that.
+    campaign = models.ForeignKey(
+        Campaign, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    point = models.PositiveIntegerField()
+    params = models.JSONField(help_text="parameters of the point's first counted run (by id)")
+    name = models.CharField(max_length=100)
+    labels_text = models.TextField(help_text="the results' labels as PostgreSQL writes jsonb")
+    unit = models.CharField(max_length=30, help_text="max(unit) of the results")
+    n = models.PositiveIntegerField()
+    mean = models.FloatField()
+    stdev = models.FloatField(null=True, help_text="stddev_samp: null for one value")
+    low = models.FloatField()
+    high = models.FloatField()
+    median = models.FloatField(help_text="percentile_cont(0.5)")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["campaign", "point", "name", "labels_text"], name="pointsummary_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.campaign_id}:{self.point} {self.name}{self.labels_text} n={self.n}"
 
 
 class NodeLease(models.Model):

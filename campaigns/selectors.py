@@ -273,10 +273,10 @@ def campaign_summary(*, campaign: Campaign) -> list[dict[str, Any]]:
     firsts = measured.values("point").annotate(first=Min("sequence")).values("first")
     for point, run_params in measured.filter(sequence__in=firsts).values_list("point", "params"):
         params[point] = run_params
-    if baselines.summaries_in_sql():  # one row per point and metric, not one per repetition
-        of = Q(run__campaign_id=campaign.pk, run__status=RunStatus.SUCCEEDED, run__is_warmup=False)
+    if baselines.summaries_in_sql():  # its stored summaries: one row per point and metric, not one per repetition
         found = [({"point": point, "params": params[point], "metric": metric, "unit": unit}, stats)
-                 for _, point, metric, unit, stats in baselines.aggregated(of) if point in params]  # fmt: skip
+                 for _, point, _, metric, unit, stats in baselines.stored_aggregated(campaign_ids=[campaign.pk])
+                 if point in params]  # fmt: skip
         return [summed_up(_described(stats), campaign.statistic, meta)
                 for meta, stats in sorted(found, key=lambda row: (row[0]["point"], row[0]["metric"]))]  # fmt: skip
     rows = (
@@ -321,7 +321,8 @@ def compare(
     (the view's choice), else by the reference campaign's: the statistic its own pages and verdicts use. The
     statistics are aggregated in SQL where the database can (``compared_summaries``; ``in_sql`` forces a path).
     Not ``every_statistic``: a reader of the cells' value, stdev and n only (the /compare/ page and its exports),
-    for whom a comparison by mean leaves the median out of the SQL (None where the SQL path is taken).
+    for whom a comparison of chosen runs or points by mean leaves the median out of the SQL (None there; whole
+    campaigns read it with the rest of their stored summaries).
     """
     from campaigns import baselines, comparability, verdicts
 
@@ -351,7 +352,7 @@ def compare(
         cells: list[dict[str, Any] | None] = []
         changes: list[dict[str, Any] | None] = []
         for i, found in enumerate(present):
-            cells.append(summed_up(_described(found.stats), policy.statistic) if found else None)
+            cells.append(_cell(found.stats, policy.statistic) if found else None)
             if i == 0:
                 changes.append(None)
                 continue
@@ -378,9 +379,10 @@ def compared_summaries(
     """Per set, its cells ((point parameters or "", metric) -> baselines.Summary): whole campaigns point by point,
     chosen runs or points pooled metric by metric.
 
-    Aggregated in SQL where the database can (``in_sql`` None: baselines.summaries_in_sql), one row per cell; else,
-    or where SQL cannot pool as asked, from every repetition in Python. Both give the same statistics (the SQL path
-    leaves the median out, None, when not asked for ``median``).
+    Aggregated in SQL where the database can (``in_sql`` None: baselines.summaries_in_sql), one row per cell (whole
+    campaigns: their stored summaries); else, or where SQL cannot pool as asked, from every repetition in Python.
+    Both give the same statistics (the SQL of chosen runs leaves the median out, None, when not asked for
+    ``median``).
     """
     from campaigns import baselines
 
@@ -422,6 +424,13 @@ def _compared_in_python(*, sets: list[tuple[str, Campaign, list[int] | None]], b
                 table[cell] = baselines.Summary(series.point, series.params, series.unit, stats)
         tables.append(table)
     return tables
+
+
+def _cell(stats: Any, statistic: str) -> dict[str, Any]:
+    """``summed_up(_described(stats), statistic)`` in one dict: a comparison of two large campaigns has thousands."""
+    return {"statistic": statistic, "value": stats.median if statistic == "median" else stats.mean, "n": stats.n,
+            "mean": stats.mean, "median": stats.median, "stdev": stats.stdev, "min": stats.min, "max": stats.max,
+            "cv": (stats.stdev / stats.mean) if stats.mean else None}  # fmt: skip
 
 
 def _described(stats: Any) -> dict[str, Any]:

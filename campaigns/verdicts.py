@@ -115,7 +115,7 @@ class Policy:
         return cls(**data)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Stats:
     """One side's repetitions. ``stdev`` is the sample standard deviation (0 for a single value); ``cv`` is
     stdev / |mean|, ``None`` when it means nothing (a single value, or a zero mean)."""
@@ -133,7 +133,7 @@ class Stats:
         return self.median if statistic == "median" and self.median is not None else self.mean
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Judgement:
     """The verdict on one metric at one matrix point. ``change_pct`` is None when a side is missing or the
     baseline mean is 0; ``p_value`` is set only when Welch's t-test was applied; ``reason`` is one sentence

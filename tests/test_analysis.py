@@ -21,9 +21,11 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from analysis import calculations, selectors
+from campaigns import selectors as campaign_selectors
 from campaigns.models import Campaign, CampaignStatus, Result, Run, RunHost, RunStatus
 from inventory.models import Node, StorageSystem
 from tests.conftest import launch_and_wait
+from tests.test_compare_sql import assert_same
 
 UNITS = {"bw_bytes": "B/s", "iops": "IOPS", "read_lat_mean_ns": "ns", "images_per_sec": "img/s",
          "busbw_gbps": "GB/s", "read_bw_bytes": "B/s", "read_mb_per_sec": "MB/s"}  # fmt: skip
@@ -247,6 +249,22 @@ def test_it_keeps_long_names_whole_in_tooltips_and_wraps_them(owner: Any, team: 
     runs(c, 1, {"nodes": 2}, {"bw_bytes": [19.0]})
     page = client_for(owner).get(f"/analysis/scaling/?campaign={c.pk}&x=nodes&metric=bw_bytes").content.decode()
     assert f'title="{name[:100]}"' in page and "…<title>" in page  # legend cut short, whole name as its tooltip
+
+
+def test_a_compare_row_escapes_a_unit_metric_or_reason_that_reads_as_markup_and_shows_numbers_as_they_are() -> None:
+    from analysis.reports import Change, CompareRow
+    from analysis.templatetags.analysis_tags import compare_row
+
+    cell = {"value": 1500.0, "stdev": 2.5, "n": 3}
+    reference, judged = Change("change-reference", "reference", "p=0.01 < 0.05"), Change("change-none", "+0%", "x")
+    marked = str(compare_row(CompareRow("bs=4k", "<i>x</i>", "<b>'s", True, [(cell, reference), (cell, judged)])))
+    plain = str(compare_row(CompareRow("bs=4k", "bw_bytes", "B/s", True, [(cell, reference), (cell, judged)])))
+
+    assert "<b>" not in marked and "<i>" not in marked and "'s" not in marked
+    assert 'title="1500 &lt;b&gt;&#x27;s"' in marked and "&lt;i&gt;x&lt;/i&gt;" in marked
+    assert "p=0.01 &lt; 0.05" in marked
+    assert plain.count('<span class="qty" title="1500 B/s">1.50 kB/s</span>') == 2
+    assert 'title="2.5 B/s">2.50 B/s' in plain
 
 
 @pytest.mark.django_db
@@ -619,6 +637,9 @@ def test_it_compares_two_fio_campaigns_that_ran_on_the_lab(lab: dict[str, Any], 
     sweep = json.loads(client.get(f"/analysis/sweep/?campaign={first.pk}&x=numjobs&metric=bw_bytes&hosts=both"
                                   "&format=json").content)  # fmt: skip
     assert {r["host"] for r in sweep["rows"]} == {"aggregate", "lab1", "lab2"}
+    # the summaries the collects' writes kept are what every repetition gives
+    sets: list[tuple[str, Campaign, list[int] | None]] = [("a", first, None), ("b", second, None)]
+    assert_same(campaign_selectors.compare(sets=sets, in_sql=False), campaign_selectors.compare(sets=sets))
 
 
 @pytest.mark.django_db
