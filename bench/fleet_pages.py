@@ -39,10 +39,10 @@ SCRATCH_DATABASE = "rackbench_bench_fleet"
 REPEAT = int(os.environ.get("RACKBENCH_BENCH_REPEAT", "10"))
 
 
-def page(client: Client, url: str, repeat: int = REPEAT) -> tuple[float, float, float, int, int, str]:
-    """Median wall time, and median and least CPU time of this (Django) process (after one warm-up), size, queries
-    and garbage collections (generations 0, 1, 2) per request. On a loaded machine the CPU time is the steadier
-    number, its least the steadiest; the database's own time is in the wall time only."""
+def page(client: Client, url: str, repeat: int = REPEAT) -> tuple[float, float, float, float, int, int, str]:
+    """Median and 95th percentile wall time, and median and least CPU time of this (Django) process (after one
+    warm-up), size, queries and garbage collections (generations 0, 1, 2) per request. On a loaded machine the CPU
+    time is the steadier number, its least the steadiest; the database's own time is in the wall time only."""
     times, cpu = [], []
     collections = Counter()
 
@@ -62,7 +62,8 @@ def page(client: Client, url: str, repeat: int = REPEAT) -> tuple[float, float, 
     gc.callbacks.remove(count)
     per_request = " ".join(f"{collections[g] / (repeat + 1):.1f}" for g in range(3))
     size, queried = len(response.content), len(queries) // (repeat + 1)
-    return statistics.median(times), statistics.median(cpu), min(cpu), size, queried, per_request
+    p95 = statistics.quantiles(times, n=20, method="inclusive")[-1] if len(times) > 1 else times[0]
+    return statistics.median(times), p95, statistics.median(cpu), min(cpu), size, queried, per_request
 
 
 def campaign(team: Any, name: str, kind: str) -> Campaign:
@@ -73,8 +74,12 @@ def campaign(team: Any, name: str, kind: str) -> Campaign:
     return made
 
 
+def load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + f" on {os.cpu_count()} CPUs"
+
+
 def run_bench() -> None:
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(load())
 
     team, user = bench_member()
     client = Client()
@@ -120,15 +125,17 @@ def run_bench() -> None:
         ("link matrix page, 64 nodes", f"/analysis/campaigns/{links.pk}/links/"),
         ("link matrix API", f"/api/v1/campaigns/{links.pk}/links/"),
     ):
-        took, cpu, least, size, queries, collected = page(client, url)
+        took, p95, cpu, least, size, queries, collected = page(client, url)
         print(
-            f"{label:<38} {took * 1000:5.0f} ms wall {cpu * 1000:5.0f} ms cpu (least {least * 1000:4.0f}) "
+            f"{label:<38} {took * 1000:5.0f} ms wall (p95 {p95 * 1000:5.0f}) {cpu * 1000:5.0f} ms cpu "
+            f"(least {least * 1000:4.0f}) "
             f"{size / 1024:5.0f} KiB {queries} queries, gc {collected}"
         )
     named = client.get(f"/api/v1/campaigns/{wide.pk}/fleet/").json()["outliers"]
     linked = client.get(f"/api/v1/campaigns/{links.pk}/links/").json()["outliers"]
     suspects = client.get(f"/api/v1/campaigns/{gpus.pk}/fleet/").json()["device_outliers"]
     print(f"outliers named: fleet {named}, links {linked}, GPUs {suspects}")
+    print(load())
 
 
 def main() -> None:
