@@ -15,13 +15,13 @@ ends is an outlier node is a bad link.
 
 from __future__ import annotations
 
-import math
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import Any, NamedTuple
 
 from common.collector import gc_paused
 from common.errors import ParamError
@@ -47,8 +47,11 @@ def parse_threshold(raw: Any) -> float:
     return value
 
 
-@dataclass(frozen=True)
-class Score:
+class Score(NamedTuple):
+    """A node's (or a device's, or a link's) value against the median of its fleet. A named tuple, as Cell is: a
+    fleet view makes one of each for every cell (20,000 at 1,000 nodes x 20 metrics), and they cost a third of a
+    frozen dataclass's time to make, and half its objects for the collector to walk."""
+
     node: str
     value: float
     median: float  # the fleet's
@@ -71,15 +74,21 @@ def robust_scores(
     """Every node's score against the median of ``values`` (node -> value)."""
     if not values:
         return {}
-    median = statistics.median(values.values())
-    mad = statistics.median(abs(v - median) for v in values.values())
-    scale = max(MAD_TO_SIGMA * mad, min_spread * abs(median), 1e-12)
+    median, scale = _spread(list(values.values()), min_spread)
+    sign = 1 if higher_is_better else -1
     judged = len(values) >= MIN_NODES
     scores = {}
     for node, value in values.items():
-        score = (value - median) / scale * (1 if higher_is_better else -1)
+        score = (value - median) / scale * sign
         scores[node] = Score(node, value, median, score, judged and score <= -threshold)
     return scores
+
+
+def _spread(values: list[float], min_spread: float) -> tuple[float, float]:
+    """The median of ``values`` and the scale a score divides by (see the module's docstring)."""
+    median = _median(values)
+    mad = _median([abs(v - median) for v in values])
+    return median, max(MAD_TO_SIGMA * mad, min_spread * abs(median), 1e-12)
 
 
 # --- the fleet view: node x metric ---------------------------------------------------------------------------
@@ -102,8 +111,7 @@ class Column:
         return " ".join(p for p in (self.name, f"[{self.labels}]" if self.labels else "", self.params) if p)
 
 
-@dataclass(frozen=True)
-class Cell:
+class Cell(NamedTuple):
     score: Score
     samples: tuple[float, ...]  # every repetition's value (a node's value is their median)
 
@@ -114,16 +122,74 @@ class Outlier:
     evidence: list[tuple[Column, Cell]]  # the cells that make it one, worst first
 
 
+@dataclass(frozen=True)
+class _Scored:
+    """One column of a fleet view, judged: every node's samples and value (their median), the fleet's median and
+    the scale. A cell's Score and Cell are made from it when asked for: a page shows 100 of 1,000 nodes, the API
+    only the outliers' cells."""
+
+    samples: dict[str, list[float]]
+    values: dict[str, float]
+    median: float
+    scale: float
+    sign: int
+    limit: float | None  # a score at or below it is an outlier's (None: nobody is judged here)
+
+    def score(self, value: float) -> float:
+        return (value - self.median) / self.scale * self.sign
+
+    def outlier(self, score: float) -> bool:
+        return self.limit is not None and score <= self.limit
+
+    def cell(self, node: str) -> Cell | None:
+        value = self.values.get(node)
+        if value is None:
+            return None
+        score = self.score(value)
+        return Cell(Score(node, value, self.median, score, self.outlier(score)), tuple(self.samples[node]))
+
+    def outliers(self) -> Iterator[tuple[str, Cell]]:
+        """(node, cell) of every outlier, in the order of ``values``."""
+        if self.limit is None:
+            return
+        for node, value in self.values.items():
+            score = self.score(value)
+            if score <= self.limit:
+                yield node, Cell(Score(node, value, self.median, score, True), tuple(self.samples[node]))
+
+
+def _judged(
+    samples: dict[str, list[float]], values: dict[str, float], column: Column, *, threshold: float, min_spread: float
+) -> _Scored:
+    """``values`` (node -> the median of its ``samples``) of one column, scored against their median."""
+    median, scale = _spread(list(values.values()), min_spread)
+    judged = len(values) >= MIN_NODES and column.judged
+    sign = 1 if column.higher_is_better else -1
+    return _Scored(samples, values, median, scale, sign, -threshold if judged else None)
+
+
 @dataclass
 class FleetView:
     nodes: list[str]
     columns: list[Column]
-    cells: dict[tuple[str, int], Cell]  # (node, column index) -> cell
     outliers: list[Outlier]
     threshold: float
+    scored: list[_Scored] = field(default_factory=list, repr=False)  # one per column
+
+    @cached_property
+    def cells(self) -> dict[tuple[str, int], Cell]:
+        """(node, column index) -> cell, every one (the exports)."""
+        found = {}
+        for index, column in enumerate(self.scored):
+            for node in column.values:
+                found[(node, index)] = column.cell(node)
+        return found  # type: ignore[return-value]  # every node of column.values has a cell
+
+    def cell(self, node: str, index: int) -> Cell | None:
+        return self.scored[index].cell(node)
 
     def row(self, node: str) -> list[Cell | None]:
-        return [self.cells.get((node, i)) for i in range(len(self.columns))]
+        return [column.cell(node) for column in self.scored]
 
 
 # Labels that say which flow of a host a value is, not what was measured: a host's value at a point is the median
@@ -145,46 +211,50 @@ def fleet_view(
     """The node x metric matrix from (column, node, values) samples (a node's repetitions and flows at a column;
     several of one node and column are joined): each cell the median of its samples, scored against the other
     nodes' cells of its column."""
-    with gc_paused():  # some 150,000 small objects at 1,000 nodes x 20 metrics (common/collector.py)
-        return _fleet_view(samples, threshold=threshold, min_spread=min_spread)
-
-
-def _fleet_view(
-    samples: Iterable[tuple[Column, str, Sequence[float]]], *, threshold: float, min_spread: float
-) -> FleetView:
     grouped: dict[Column, dict[str, list[float]]] = {}
     last: Column | None = None
     per_node: dict[str, list[float]] = {}
-    for column, node, values in samples:
-        if column is not last:  # samples come column by column: a column's hash (six fields) once per column
-            per_node, last = grouped.setdefault(column, {}), column
-        found = per_node.get(node)
-        if found is None:
-            per_node[node] = list(values)
-        else:
-            found.extend(values)
-    columns = sorted(grouped, key=lambda c: (c.point, c.name, c.labels))
-    nodes = sorted({node for per_node in grouped.values() for node in per_node}, key=_natural)
-    cells: dict[tuple[str, int], Cell] = {}
-    bad: dict[str, list[tuple[Column, Cell]]] = defaultdict(list)
-    for index, column in enumerate(columns):
-        medians = {node: _median(found) for node, found in grouped[column].items()}
-        scores = robust_scores(
-            medians,
-            higher_is_better=column.higher_is_better,
-            threshold=threshold if column.judged else math.inf,
-            min_spread=min_spread,
-        )
-        for node, score in scores.items():
-            cell = cells[(node, index)] = Cell(score, tuple(grouped[column][node]))
-            if score.outlier:
+    with gc_paused():  # a list for each node and column (common/collector.py)
+        for column, node, values in samples:
+            if column is not last:  # samples come column by column: a column's hash (six fields) once per column
+                per_node, last = grouped.setdefault(column, {}), column
+            found = per_node.get(node)
+            if found is None:
+                per_node[node] = list(values)
+            else:
+                found.extend(values)
+        return fleet_view_by_column(grouped, threshold=threshold, min_spread=min_spread)
+
+
+def fleet_view_by_column(
+    grouped: dict[Column, dict[str, list[float]]],
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    min_spread: float = DEFAULT_MIN_SPREAD,
+) -> FleetView:
+    """fleet_view of samples already joined: {column: {node: every sample of the node there}}. Each column's values
+    (the medians of its cells' samples) and scores are computed here; a cell's Score and Cell only for the outliers'
+    evidence, the rest when asked for (FleetView.cells, row)."""
+    with gc_paused():  # 20,000 cells at 1,000 nodes x 20 metrics (common/collector.py)
+        columns = sorted(grouped, key=lambda c: (c.point, c.name, c.labels))
+        nodes = sorted({node for per_node in grouped.values() for node in per_node}, key=_natural)
+        scored = []
+        bad: dict[str, list[tuple[Column, Cell]]] = defaultdict(list)
+        for column in columns:
+            per_node = grouped[column]
+            values = {node: _median(found) for node, found in per_node.items()}
+            judge = _judged(per_node, values, column, threshold=threshold, min_spread=min_spread)
+            scored.append(judge)
+            for node, cell in judge.outliers():
                 bad[node].append((column, cell))
-    outliers = [Outlier(node, sorted(bad[node], key=lambda pair: pair[1].score.score)) for node in nodes if node in bad]
-    return FleetView(nodes, columns, cells, outliers, threshold)
+        outliers = [Outlier(node, sorted(bad[node], key=lambda pair: pair[1].score.score)) for node in nodes
+                    if node in bad]  # fmt: skip
+        return FleetView(nodes, columns, outliers, threshold, scored)
 
 
 def _median(values: list[float]) -> float:
-    """statistics.median for the few repetitions of one cell, without its overhead (20,000 cells a page)."""
+    """statistics.median (the same value, to the bit) without its overhead: 20,000 cells a page, each the median of
+    its few repetitions, and each column's median and MAD over its 1,000 nodes."""
     ordered = sorted(values)
     middle = len(ordered) // 2
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
@@ -390,8 +460,7 @@ def series_direction(name: str) -> tuple[bool, bool]:
     return series not in LOWER_IS_BETTER_SERIES, series not in CONTEXT_SERIES
 
 
-@dataclass(frozen=True)
-class Device:
+class Device(NamedTuple):
     node: str
     name: str
     group: str = ""  # the class it is judged within ("" when its kind is one class), e.g. "100 Gbit/s"
@@ -415,16 +484,28 @@ class DeviceView:
     kind: str
     devices: list[Device]
     columns: list[Column]
-    cells: dict[tuple[Device, int], Cell]
     outliers: list[DeviceOutlier]
     threshold: float
+    scored: list[dict[str, _Scored]] = field(default_factory=list, repr=False)  # per column: group -> by title
 
     @property
     def title(self) -> str:
         return DEVICE_KINDS.get(self.kind, self.kind)
 
+    @cached_property
+    def cells(self) -> dict[tuple[Device, int], Cell]:
+        """(device, column index) -> cell, every one (the exports)."""
+        titled = {d.title: d for d in self.devices}
+        found = {}
+        for index, groups in enumerate(self.scored):
+            for judge in groups.values():
+                for title in judge.values:
+                    found[(titled[title], index)] = judge.cell(title)
+        return found  # type: ignore[return-value]  # every title of judge.values has a cell
+
     def row(self, device: Device) -> list[Cell | None]:
-        return [self.cells.get((device, i)) for i in range(len(self.columns))]
+        title = device.title
+        return [judge.cell(title) if (judge := groups.get(device.group)) else None for groups in self.scored]
 
 
 DeviceSample = tuple[Column, str, str, Sequence[float]]  # (column, node, device name, values)
@@ -452,36 +533,40 @@ def _device_view(
     threshold: float,
     min_spread: float,
 ) -> DeviceView:
-    found = groups
-    grouped: dict[Column, dict[Device, list[float]]] = defaultdict(dict)
+    known: dict[tuple[str, str], Device] = {}
+    grouped: dict[Column, dict[Device, list[float]]] = {}
     for column, node, name, values in samples:
-        device = Device(node, name, found.get((node, name), ""))
-        grouped[column].setdefault(device, []).extend(values)
+        device = known.get((node, name))
+        if device is None:
+            device = known[(node, name)] = Device(node, name, groups.get((node, name), ""))
+        per_device = grouped.get(column)
+        if per_device is None:
+            per_device = grouped[column] = {}
+        found = per_device.get(device)
+        if found is None:
+            per_device[device] = list(values)
+        else:
+            found.extend(values)
     columns = sorted(grouped, key=lambda c: (c.point, c.name, c.labels))
-    devices = sorted({d for per in grouped.values() for d in per}, key=_device_order)
-    cells: dict[tuple[Device, int], Cell] = {}
+    devices = sorted(known.values(), key=_device_order)
+    titled = {d.title: d for d in devices}
+    scored = []
     bad: dict[Device, list[tuple[Column, Cell]]] = defaultdict(list)
-    for index, column in enumerate(columns):
-        by_group: dict[str, dict[str, float]] = defaultdict(dict)
-        titled: dict[str, Device] = {}
+    for column in columns:
+        by_group: dict[str, tuple[dict[str, list[float]], dict[str, float]]] = {}
         for device, values in grouped[column].items():
-            by_group[device.group][device.title] = _median(values)
-            titled[device.title] = device
-        for medians in by_group.values():
-            scores = robust_scores(
-                medians,
-                higher_is_better=column.higher_is_better,
-                threshold=threshold if column.judged else math.inf,
-                min_spread=min_spread,
-            )
-            for title, score in scores.items():
-                device = titled[title]
-                cell = cells[(device, index)] = Cell(score, tuple(grouped[column][device]))
-                if score.outlier:
-                    bad[device].append((column, cell))
+            of_title, medians = by_group.setdefault(device.group, ({}, {}))
+            of_title[device.title] = values
+            medians[device.title] = _median(values)
+        judges = {group: _judged(of_title, medians, column, threshold=threshold, min_spread=min_spread)
+                  for group, (of_title, medians) in by_group.items()}  # fmt: skip
+        for judge in judges.values():
+            for title, cell in judge.outliers():
+                bad[titled[title]].append((column, cell))
+        scored.append(judges)
     outliers = [DeviceOutlier(d, sorted(e, key=lambda pair: pair[1].score.score)) for d, e in bad.items()]
     outliers.sort(key=lambda o: o.evidence[0][1].score.score)
-    return DeviceView(kind, devices, columns, cells, outliers, threshold)
+    return DeviceView(kind, devices, columns, outliers, threshold, scored)
 
 
 def _device_order(device: Device) -> tuple[Any, ...]:

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from django.contrib.postgres.aggregates import ArrayAgg
-from django.db import connection
-from django.db.models import Avg, Count, F, Max, Min, Q, QuerySet, StdDev, Sum, TextField
+from django.db import connection, transaction
+from django.db.models import Avg, Count, Max, Min, Q, QuerySet, StdDev, Sum, TextField
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 from django.http import Http404, HttpRequest
@@ -408,48 +408,66 @@ def campaign_fleet_samples(*, campaign: Campaign) -> list[tuple[fleet.Column, st
 
 @dataclass
 class FleetData:
-    """A campaign's per-host results, split: the nodes' own, and per device kind each device's (fleet.device_key),
-    with the groups its NICs are judged within."""
+    """A campaign's per-host results, split: the nodes' own (``by_column``: {column: {node: its values there}}, for
+    fleet.fleet_view_by_column), and per device kind each device's (fleet.device_key), with the groups its NICs are
+    judged within."""
 
-    nodes: list[tuple[fleet.Column, str, list[float]]]
+    by_column: dict[fleet.Column, dict[str, list[float]]]
     devices: dict[str, list[fleet.DeviceSample]] = field(default_factory=dict)
     groups: dict[tuple[str, str], str] = field(default_factory=dict)  # (node, nic) -> its link speed
+
+    @property
+    def nodes(self) -> list[tuple[fleet.Column, str, list[float]]]:
+        """The nodes' own results as fleet.fleet_view's (column, node, values) samples."""
+        return [(column, node, values) for column, per in self.by_column.items() for node, values in per.items()]
+
+
+FLEET_WORK_MEM = "128MB"
 
 
 def campaign_fleet_data(*, campaign: Campaign) -> FleetData:
     """Every node's and device's per-host results at each column of the campaign's succeeded repetitions: two
-    queries, a third only where there are NICs. PostgreSQL groups the rows (a node's repetitions and flows at one
-    column, the flow labels left out as ``fleet.label_text`` leaves them out), so a 1,000-node campaign's 60,000 rows
-    arrive as 20,000 groups; elsewhere (SQLite) each row is its own group. Labels arrive as text and are read once
+    queries, a third only where there are NICs.
+
+    PostgreSQL groups the rows by run, metric, unit and labels (the flow labels left out as ``fleet.label_text``
+    leaves them out) into arrays of hosts and values, and hashes the groups (``FLEET_WORK_MEM``): a 1,000-node
+    campaign's 60,000 rows of 20 metrics and 3 repetitions arrive as 60 rows, where grouping by host as well sorted
+    every row by five keys, text among them, into 20,000 groups. Each group's hosts and values are paired off here,
+    a run's after the previous run's, so a node's values at a column are in run order (within a run, in the order
+    the table holds them). Elsewhere (SQLite) each row is its own group. Labels arrive as text and are read once
     per distinct text (a campaign has few): a result with a device label goes to that device (loopback and virtual
     NICs, and a telemetry series' p99 and max, to none)."""
     runs = campaign.runs.filter(status=RunStatus.SUCCEEDED, is_warmup=False).values_list("pk", "point", "params")
+    points = {pk: point for pk, point, _ in runs}
     params = {point: run_params for _, point, run_params in runs}
     benchmark = get_benchmark(campaign.kind)
-    results = (
-        Result.objects.filter(run_id__in=[pk for pk, _, _ in runs]).exclude(host="").annotate(point=F("run__point"))
-    )
-    rows: Iterable[tuple[int, str, str, str, str, list[float]]]
+    results = Result.objects.filter(run_id__in=list(points)).exclude(host="").order_by()
+    rows: Iterable[tuple[int, str, str, str, list[str], list[float]]]
     if connection.vendor == "postgresql":
         rows = (
             results.annotate(
                 labels_text=RawSQL(f"({Result._meta.db_table}.labels - %s::text[])::text", (sorted(fleet.FLOW_LABELS),))
             )
-            .values("point", "name", "unit", "labels_text", "host")
-            .annotate(values=ArrayAgg("value", order_by=("run_id", "id")))
-            .order_by("point", "name", "unit", "labels_text")  # column by column (fleet_view groups them so)
-            .values_list("point", "name", "unit", "labels_text", "host", "values")
+            .values("run_id", "name", "unit", "labels_text")
+            .annotate(hosts=ArrayAgg("host"), values=ArrayAgg("value"))  # no ORDER BY: it would sort every row
+            .order_by("run_id")
+            .values_list("run_id", "name", "unit", "labels_text", "hosts", "values")
         )
+        with transaction.atomic(), connection.cursor() as cursor:
+            # for this transaction only: room for the planner to hash the groups (it reckons 8 kB of array for each
+            # of some rows / 6 groups; a campaign has few, and they take a few MB)
+            cursor.execute("SELECT set_config('work_mem', %s, true)", [FLEET_WORK_MEM])
+            rows = list(rows)
     else:
-        each = results.annotate(labels_text=Cast("labels", TextField()))
-        rows = (
-            (*row, [value]) for *row, value in each.values_list("point", "name", "unit", "labels_text", "host", "value")
-        )
+        each = results.annotate(labels_text=Cast("labels", TextField())).order_by("run_id", "id")
+        fields = ("run_id", "name", "unit", "labels_text", "host", "value")
+        rows = ((*row, [host], [value]) for *row, host, value in each.values_list(*fields))
     columns: dict[tuple[int, str, str, str], fleet.Column] = {}
     texts: dict[str, tuple[str, fleet.DeviceKey | None]] = {}
-    data = FleetData(nodes=[])
-    with gc_paused():  # 20,000 rows of small objects (common/collector.py)
-        for point, name, unit, raw, host, values in rows:
+    nodes: dict[fleet.Column, list[tuple[list[str], list[float]]]] = {}
+    devices: dict[str, dict[tuple[fleet.Column, str], list[tuple[list[str], list[float]]]]] = {}
+    with gc_paused():  # 60,000 values and 20,000 lists (common/collector.py)
+        for run_id, name, unit, raw, hosts, values in rows:
             found = texts.get(raw)
             if found is None:
                 labels = json.loads(raw)
@@ -459,17 +477,39 @@ def campaign_fleet_data(*, campaign: Campaign) -> FleetData:
                 if device.virtual or not fleet.device_metric_shown(name):
                     continue
                 text = fleet.label_text(device.labels)
+            point = points[run_id]
             key = (point, name, text, unit)
             column = columns.get(key)
             if column is None:
                 column = columns[key] = _fleet_column(benchmark, point, name, text, unit, params)
             if device is None:
-                data.nodes.append((column, host, values))
+                nodes.setdefault(column, []).append((hosts, values))
             else:
-                data.devices.setdefault(device.kind, []).append((column, host, device.name, values))
+                devices.setdefault(device.kind, {}).setdefault((column, device.name), []).append((hosts, values))
+        data = FleetData(by_column={column: _joined(arrays) for column, arrays in nodes.items()})
+        for kind, per_device in devices.items():
+            data.devices[kind] = [(column, node, device, found) for (column, device), arrays in per_device.items()
+                                  for node, found in _joined(arrays).items()]  # fmt: skip
     if fleet.NIC in data.devices:
         data.groups = _nic_groups({(node, nic) for _, node, nic, _ in data.devices[fleet.NIC]})
     return data
+
+
+def _joined(arrays: list[tuple[list[str], list[float]]]) -> dict[str, list[float]]:
+    """{host: its values} from (hosts, values) arrays (a column's, or a device's at a column), in the arrays' order.
+    The common case, every array with the same hosts once each (every node in every repetition), is zipped whole."""
+    first = arrays[0][0]
+    if all(hosts == first for hosts, _ in arrays) and len(set(first)) == len(first):
+        return dict(zip(first, map(list, zip(*(values for _, values in arrays), strict=True)), strict=True))
+    found: dict[str, list[float]] = {}
+    for hosts, values in arrays:
+        for host, value in zip(hosts, values, strict=True):
+            have = found.get(host)
+            if have is None:
+                found[host] = [value]
+            else:
+                have.append(value)
+    return found
 
 
 def _fleet_column(

@@ -291,7 +291,7 @@ def fleet_page(request: HttpRequest, pk: int) -> HttpResponse:
     errors: list[str] = []
     threshold = _threshold(request, errors)
     data = selectors.campaign_fleet_data(campaign=campaign)
-    view = fleet.fleet_view(data.nodes, threshold=threshold)
+    view = fleet.fleet_view_by_column(data.by_column, threshold=threshold)
     devices = fleet.device_views(data.devices, groups=data.groups, threshold=threshold)
     pages = max(1, -(-len(view.nodes) // reports.FLEET_ROWS))
     page = _choice(request.GET, "page", [str(p) for p in range(1, pages + 1)], ("1",), errors, "page") or "1"
