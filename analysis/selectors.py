@@ -15,7 +15,7 @@ from typing import Any
 
 from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import connection, transaction
-from django.db.models import Avg, Count, Max, Min, Q, QuerySet, StdDev, Sum, TextField
+from django.db.models import Avg, Count, Exists, Max, Min, OuterRef, Q, QuerySet, StdDev, Sum, TextField
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 from django.http import Http404, HttpRequest
@@ -554,8 +554,23 @@ class Links:
     points: list[int]  # the points with pairwise results (one metric each; the matrix shows one kind of metric)
 
 
-def _pair_runs(campaign: Campaign) -> dict[int, tuple[PairMetric, list[int]]]:
-    """{point: (its pair metric, its succeeded repetitions)} of the points whose runs are pairwise."""
+@dataclass(frozen=True)
+class PairRuns:
+    """A campaign's pairwise runs, read once: {point: (its pair metric, its succeeded repetitions)} of the points
+    whose runs have pairwise results, and the plug-in that reads them. A page picks a point among ``points`` and
+    then reads its links (``pair_links``)."""
+
+    benchmark: Benchmark
+    by_point: dict[int, tuple[PairMetric, list[int]]]
+
+    @property
+    def points(self) -> list[int]:
+        return sorted(self.by_point)
+
+
+def campaign_pair_runs(*, campaign: Campaign) -> PairRuns:
+    """The points of the campaign whose runs are pairwise (its plug-in's pair_metric) and have pairwise results
+    (labelled ``peer``): two queries, the second asking of each pairwise run only whether it has one."""
     benchmark = get_benchmark(campaign.kind)
     runs = campaign.runs.filter(status=RunStatus.SUCCEEDED, is_warmup=False).order_by("point", "sequence")
     found: dict[int, tuple[PairMetric, list[int]]] = {}
@@ -566,21 +581,22 @@ def _pair_runs(campaign: Campaign) -> dict[int, tuple[PairMetric, list[int]]]:
             metric = None
         if metric is not None:
             found.setdefault(point, (metric, []))[1].append(pk)
-    return found
+    paired = Result.objects.filter(run_id=OuterRef("pk"), labels__has_key="peer").exclude(host="")
+    measured = Run.objects.filter(Exists(paired), pk__in=[pk for _, pks in found.values() for pk in pks])
+    points = set(measured.order_by().values_list("point", flat=True).distinct())
+    return PairRuns(benchmark, {point: runs for point, runs in found.items() if point in points})
 
 
-def campaign_links(*, campaign: Campaign, point: int | None = None) -> Links:
-    """The pairwise results of one point, or of every point whose pair metric is the first one's (two queries)."""
-    pair_runs = _pair_runs(campaign)
-    with_results = Result.objects.filter(
-        HOST_RESULTS, run_id__in=[pk for _, pks in pair_runs.values() for pk in pks], labels__has_key="peer"
-    )
-    points = sorted(set(with_results.values_list("run__point", flat=True)))
+def pair_links(pair_runs: PairRuns, *, point: int | None = None) -> Links:
+    """The pairwise results of one point, or of every point whose pair metric is the first one's: one query (none
+    when there is no such point)."""
+    points = pair_runs.points
     chosen = [p for p in points if p == point] if point is not None else points
     if not chosen:
         return Links([], None, points)
-    metric = pair_runs[chosen[0]][0]
-    runs = [pk for p in chosen if pair_runs[p][0] == metric for pk in pair_runs[p][1]]
+    by_point = pair_runs.by_point
+    metric = by_point[chosen[0]][0]
+    runs = [pk for p in chosen if by_point[p][0] == metric for pk in by_point[p][1]]
     rows = Result.objects.filter(HOST_RESULTS, run_id__in=runs, name=metric.name, labels__has_key="peer")
     if metric.labels:  # key lookups (SQLite has no JSON containment); the keys are the plug-in's own
         rows = rows.filter(**{f"labels__{key}": value for key, value in metric.labels.items()})
@@ -588,9 +604,15 @@ def campaign_links(*, campaign: Campaign, point: int | None = None) -> Links:
     fields = ("run_id", "name", "unit", "host", "labels", "value")
     for run_id, name, unit, host, labels, value in rows.values_list(*fields).iterator(chunk_size=10_000):
         found[run_id].append(Metric(name=name, value=value, unit=unit, host=host, labels=labels))
-    benchmark = get_benchmark(campaign.kind)
-    flows = [(a, b, value) for metrics in found.values() for (a, b), value in benchmark.pair_flows(metrics).items()]
+    flows = [
+        (a, b, value) for metrics in found.values() for (a, b), value in pair_runs.benchmark.pair_flows(metrics).items()
+    ]
     return Links(flows, metric, points)
+
+
+def campaign_links(*, campaign: Campaign, point: int | None = None) -> Links:
+    """The pairwise results of one point, or of every point whose pair metric is the first one's (three queries)."""
+    return pair_links(campaign_pair_runs(campaign=campaign), point=point)
 
 
 def campaign_link_flows(*, campaign: Campaign, point: int | None = None) -> list[tuple[str, str, float]]:
@@ -642,10 +664,6 @@ def _pair_flows(benchmark: Benchmark, runs: list[Run]) -> dict[int, localise.Flo
     for run_id, name, unit, host, labels, value in rows.values_list(*fields):
         found[run_id].append(Metric(name=name, value=value, unit=unit, host=host, labels=labels))
     return {pk: benchmark.pair_flows(metrics) for pk, metrics in found.items()}
-
-
-def campaign_link_points(*, campaign: Campaign) -> list[int]:
-    return campaign_links(campaign=campaign, point=-1).points
 
 
 def suite_run_team(*, request: HttpRequest, name: str) -> Any:

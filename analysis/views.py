@@ -311,9 +311,10 @@ def links_page(request: HttpRequest, pk: int) -> HttpResponse:
     campaign = selectors.campaign_by_id(request=request, pk=pk)
     errors: list[str] = []
     threshold = _threshold(request, errors)
-    points = selectors.campaign_link_points(campaign=campaign)
+    pair_runs = selectors.campaign_pair_runs(campaign=campaign)
+    points = pair_runs.points
     point = _choice(request.GET, "point", [str(p) for p in points], (), errors, "point")
-    links = selectors.campaign_links(campaign=campaign, point=int(point) if point else None)
+    links = selectors.pair_links(pair_runs, point=int(point) if point else None)
     matrix = selectors.link_matrix(links, threshold=threshold)
     context = {"errors": errors, "campaign": campaign, "matrix": matrix, "threshold": threshold,
                "points": points, "point": point, "grid": reports.link_grid(matrix),

@@ -11,7 +11,9 @@ from itertools import count
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from analysis import fleet
@@ -228,6 +230,17 @@ def test_the_query_count_does_not_grow_with_the_fleet(
             assert api.get(f"/api/v1/campaigns/{campaign.pk}/fleet/").status_code == 200
         with django_assert_max_num_queries(12):
             assert api.get(f"/api/v1/campaigns/{campaign.pk}/links/").status_code == 200
+
+
+@pytest.mark.django_db
+def test_the_link_page_reads_its_runs_and_results_once(owner: Any, team: Any) -> None:
+    campaign = stored_campaign(team, "once", bad="lab2")
+    with CaptureQueriesContext(connection) as queries:
+        page = logged_in(owner).get(f"/analysis/campaigns/{campaign.pk}/links/", {"point": "0"})
+    assert page.status_code == 200 and "lab2" in page.content.decode()
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert sorted(s for s in statements if statements.count(s) > 1) == []  # no question asked twice
+    assert len([s for s in statements if "campaigns_result" in s]) == 2  # which points have pairs, then their rows
 
 
 # --- a node's history ---------------------------------------------------------------------------------------------
