@@ -402,10 +402,10 @@ def links_payload(matrix: LinkMatrix) -> dict[str, Any]:
 # --- per device: GPU x metric, NIC x metric ------------------------------------------------------------------
 #
 # A result labelled with a device (telemetry's gpu.* {gpu}, net.* {nic}, rdma.* {device, port}; the nvidia_smi
-# parser's {gpu}) is one device's: it is judged against every device of its kind in the fleet at the same column
-# (a GPU against all the fleet's GPUs there, not only against the other nodes' GPU of the same index), and NICs only
-# within their group (the link speed the inventory knows), so a 25G port is never held against a 100G one. Loopback
-# and virtual interfaces are no devices of the fleet and are left out.
+# parser's {gpu}; perftest's {hca, port}) is one device's: it is judged against every device of its kind in the fleet
+# at the same column (a GPU against all the fleet's GPUs there, not only against the other nodes' GPU of the same
+# index), and NICs only within their group (the link speed the inventory knows), so a 25G port is never held against
+# a 100G one. Loopback and virtual interfaces are no devices of the fleet and are left out.
 
 GPU, NIC = "gpu", "nic"
 DEVICE_KINDS = {GPU: "GPU", NIC: "NIC"}
@@ -444,10 +444,18 @@ def device_key(name: str, labels: dict[str, Any]) -> DeviceKey | None:
     if "nic" in labels:
         return DeviceKey(NIC, str(labels["nic"]), {k: v for k, v in labels.items() if k != "nic"})
     if "device" in labels and name.startswith("rdma."):  # an HCA port (plugins/tools/sampler.py, rdma group)
-        port = labels.get("port")
-        device = f"{labels['device']}:{port}" if port not in (None, "") else str(labels["device"])
-        return DeviceKey(NIC, device, {k: v for k, v in labels.items() if k not in ("device", "port")})
+        return _hca_port(labels, "device")
+    if "hca" in labels:  # the HCA port an RDMA benchmark's client ran on (plugins/benchmarks/perftest.py)
+        return _hca_port(labels, "hca")
     return None
+
+
+def _hca_port(labels: dict[str, Any], key: str) -> DeviceKey:
+    """An HCA port named as telemetry names it (``mlx5_0:1``; the HCA alone where the port is not known), so an RDMA
+    benchmark's results and the port's counters are one device's."""
+    port = labels.get("port")
+    device = f"{labels[key]}:{port}" if port not in (None, "") else str(labels[key])
+    return DeviceKey(NIC, device, {k: v for k, v in labels.items() if k not in (key, "port")})
 
 
 def device_metric_shown(name: str) -> bool:
