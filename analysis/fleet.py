@@ -180,9 +180,10 @@ class FleetView:
     def cells(self) -> dict[tuple[str, int], Cell]:
         """(node, column index) -> cell, every one (the exports)."""
         found = {}
-        for index, column in enumerate(self.scored):
-            for node in column.values:
-                found[(node, index)] = column.cell(node)
+        with gc_paused():  # 20,000 cells (common/collector.py)
+            for index, column in enumerate(self.scored):
+                for node in column.values:
+                    found[(node, index)] = column.cell(node)
         return found  # type: ignore[return-value]  # every node of column.values has a cell
 
     def cell(self, node: str, index: int) -> Cell | None:
@@ -505,10 +506,11 @@ class DeviceView:
         """(device, column index) -> cell, every one (the exports)."""
         titled = {d.title: d for d in self.devices}
         found = {}
-        for index, groups in enumerate(self.scored):
-            for judge in groups.values():
-                for title in judge.values:
-                    found[(titled[title], index)] = judge.cell(title)
+        with gc_paused():
+            for index, groups in enumerate(self.scored):
+                for judge in groups.values():
+                    for title in judge.values:
+                        found[(titled[title], index)] = judge.cell(title)
         return found  # type: ignore[return-value]  # every title of judge.values has a cell
 
     def row(self, device: Device) -> list[Cell | None]:

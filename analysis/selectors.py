@@ -13,9 +13,24 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import connection, transaction
-from django.db.models import Avg, Count, Exists, Max, Min, OuterRef, Q, QuerySet, StdDev, Sum, TextField
+from django.db.models import (
+    Avg,
+    BinaryField,
+    Count,
+    Exists,
+    Func,
+    Max,
+    Min,
+    OuterRef,
+    Q,
+    QuerySet,
+    StdDev,
+    Sum,
+    TextField,
+)
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 from django.http import Http404, HttpRequest
@@ -425,6 +440,31 @@ class FleetData:
 FLEET_WORK_MEM = "128MB"
 
 
+class ArraySend(Func):
+    """An array in PostgreSQL's binary form (``array_send``; read with ``float8_array``)."""
+
+    function = "array_send"
+    output_field = BinaryField()
+
+
+_FLOAT8_OID = 701
+_FLOAT8_ELEMENTS = np.dtype([("length", ">i4"), ("value", ">f8")])
+
+
+def float8_array(blob: bytes | memoryview) -> list[float]:
+    """A float8[] without NULLs from its binary form (``ArraySend``): a header (dimensions, a NULL flag, the element
+    type, then each dimension's length and lower bound), then each element's length and its 8 big-endian bytes. The
+    same floats, to the bit, as the array's text form gives, in a fifth of the time: parsing the text of a 1,000-node
+    campaign's 60,000 values was the fleet page's largest cost in Python."""
+    data = bytes(blob)
+    dimensions, nulls, element = (int.from_bytes(data[i : i + 4], "big") for i in (0, 4, 8))
+    if dimensions == 0:
+        return []
+    if dimensions != 1 or nulls or element != _FLOAT8_OID:
+        raise ValueError(f"not a one-dimensional float8[] without NULLs: {dimensions}, {nulls}, {element}")
+    return np.frombuffer(data, dtype=_FLOAT8_ELEMENTS, offset=20)["value"].tolist()
+
+
 def campaign_fleet_data(*, campaign: Campaign) -> FleetData:
     """Every node's and device's per-host results at each column of the campaign's succeeded repetitions: two
     queries, a third only where there are NICs.
@@ -444,12 +484,12 @@ def campaign_fleet_data(*, campaign: Campaign) -> FleetData:
     results = Result.objects.filter(run_id__in=list(points)).exclude(host="").order_by()
     rows: Iterable[tuple[int, str, str, str, list[str], list[float]]]
     if connection.vendor == "postgresql":
-        rows = (
+        grouped = (
             results.annotate(
                 labels_text=RawSQL(f"({Result._meta.db_table}.labels - %s::text[])::text", (sorted(fleet.FLOW_LABELS),))
             )
             .values("run_id", "name", "unit", "labels_text")
-            .annotate(hosts=ArrayAgg("host"), values=ArrayAgg("value"))  # no ORDER BY: it would sort every row
+            .annotate(hosts=ArrayAgg("host"), values=ArraySend(ArrayAgg("value")))  # no ORDER BY: it sorts every row
             .order_by("run_id")
             .values_list("run_id", "name", "unit", "labels_text", "hosts", "values")
         )
@@ -457,7 +497,7 @@ def campaign_fleet_data(*, campaign: Campaign) -> FleetData:
             # for this transaction only: room for the planner to hash the groups (it reckons 8 kB of array for each
             # of some rows / 6 groups; a campaign has few, and they take a few MB)
             cursor.execute("SELECT set_config('work_mem', %s, true)", [FLEET_WORK_MEM])
-            rows = list(rows)
+            rows = [(run, name, unit, raw, hosts, float8_array(blob)) for run, name, unit, raw, hosts, blob in grouped]
     else:
         each = results.annotate(labels_text=Cast("labels", TextField())).order_by("run_id", "id")
         fields = ("run_id", "name", "unit", "labels_text", "host", "value")
