@@ -18,10 +18,12 @@ from __future__ import annotations
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from common.collector import gc_paused
 from common.errors import ParamError
@@ -123,49 +125,94 @@ class Outlier:
 
 
 @dataclass(frozen=True)
-class _Scored:
-    """One column of a fleet view, judged: every node's samples and value (their median), the fleet's median and
-    the scale. A cell's Score and Cell are made from it when asked for: a page shows 100 of 1,000 nodes, the API
-    only the outliers' cells."""
+class Repetitions:
+    """A column's samples where every node has one in each repetition, the common case: ``hosts`` (each once) and
+    ``values``, an array of repetitions x hosts. fleet_view_by_column takes it in place of {node: samples}: the
+    medians and scores of 1,000 nodes are then a few array operations."""
 
-    samples: dict[str, list[float]]
-    values: dict[str, float]
+    hosts: list[str]
+    values: np.ndarray  # float64, (repetitions, len(hosts))
+
+    def as_lists(self) -> dict[str, list[float]]:
+        return dict(zip(self.hosts, self.values.T.tolist(), strict=True))
+
+
+ColumnSamples = dict[str, list[float]] | Repetitions  # a column's samples: {node: its samples}, or Repetitions
+
+
+@dataclass(frozen=True)
+class _Scored:
+    """One column of a fleet view, judged: every node's samples and value (their median), by position, the fleet's
+    median and the scale. A cell's Score and Cell are made from it when asked for: a page shows 100 of 1,000 nodes,
+    the API only the outliers' cells."""
+
+    index: dict[str, int]  # node -> its position
+    values: np.ndarray  # float64: each node's value
+    samples: np.ndarray | list[list[float]]  # each node's samples (a row each)
     median: float
     scale: float
     sign: int
     limit: float | None  # a score at or below it is an outlier's (None: nobody is judged here)
 
-    def score(self, value: float) -> float:
-        return (value - self.median) / self.scale * self.sign
-
-    def outlier(self, score: float) -> bool:
-        return self.limit is not None and score <= self.limit
-
     def cell(self, node: str) -> Cell | None:
-        value = self.values.get(node)
-        if value is None:
-            return None
-        score = self.score(value)
-        return Cell(Score(node, value, self.median, score, self.outlier(score)), tuple(self.samples[node]))
+        position = self.index.get(node)
+        return None if position is None else self._cell(node, position)
 
-    def outliers(self) -> Iterator[tuple[str, Cell]]:
-        """(node, cell) of every outlier, in the order of ``values``."""
+    def _cell(self, node: str, position: int) -> Cell:
+        value = float(self.values[position])
+        score = (value - self.median) / self.scale * self.sign  # as the array in outliers() has it, to the bit
+        row = self.samples[position]
+        samples = tuple(row.tolist() if isinstance(row, np.ndarray) else row)
+        return Cell(Score(node, value, self.median, score, self.limit is not None and score <= self.limit), samples)
+
+    def cells(self) -> Iterator[tuple[str, Cell]]:
+        for node, position in self.index.items():
+            yield node, self._cell(node, position)
+
+    def outliers(self) -> list[tuple[str, Cell]]:
+        """(node, cell) of every outlier, in position order."""
         if self.limit is None:
-            return
-        for node, value in self.values.items():
-            score = self.score(value)
-            if score <= self.limit:
-                yield node, Cell(Score(node, value, self.median, score, True), tuple(self.samples[node]))
+            return []
+        scores = (self.values - self.median) / self.scale * self.sign
+        nodes = list(self.index)
+        return [(nodes[i], self._cell(nodes[i], i)) for i in np.flatnonzero(scores <= self.limit).tolist()]
 
 
 def _judged(
-    samples: dict[str, list[float]], values: dict[str, float], column: Column, *, threshold: float, min_spread: float
+    column: Column,
+    samples: ColumnSamples,
+    *,
+    threshold: float,
+    min_spread: float,
+    indexes: dict[tuple[str, ...], dict[str, int]] | None = None,
 ) -> _Scored:
-    """``values`` (node -> the median of its ``samples``) of one column, scored against their median."""
-    median, scale = _spread(list(values.values()), min_spread)
-    judged = len(values) >= MIN_NODES and column.judged
+    """A column's samples scored: each node's value the median of its samples, scored against their median.
+    ``indexes`` keeps the {node: position} of each list of hosts, for the columns that share it."""
+    if isinstance(samples, Repetitions):
+        hosts = tuple(samples.hosts)
+        index = indexes.get(hosts) if indexes is not None else None
+        if index is None:
+            index = {host: position for position, host in enumerate(hosts)}
+            if indexes is not None:
+                indexes[hosts] = index
+        rows: np.ndarray | list[list[float]] = samples.values.T
+        values = samples.values[0] if len(samples.values) == 1 else np.median(samples.values, axis=0)
+    else:
+        index = {node: position for position, node in enumerate(samples)}
+        rows = list(samples.values())
+        values = np.array([_median(found) for found in rows], dtype=np.float64)
+    median, scale = _spread_of(values, min_spread)
+    judged = len(index) >= MIN_NODES and column.judged
     sign = 1 if column.higher_is_better else -1
-    return _Scored(samples, values, median, scale, sign, -threshold if judged else None)
+    return _Scored(index, values, rows, median, scale, sign, -threshold if judged else None)
+
+
+def _spread_of(values: np.ndarray, min_spread: float) -> tuple[float, float]:
+    """_spread of an array: numpy's median is the same value, to the bit (the middle one, or the half-sum of the two
+    middle ones)."""
+    median = float(np.median(values))
+    mad = float(np.median(np.abs(values - median)))
+    return median, max(MAD_TO_SIGMA * mad, min_spread * abs(median), 1e-12)
 
 
 @dataclass
@@ -182,9 +229,9 @@ class FleetView:
         found = {}
         with gc_paused():  # 20,000 cells (common/collector.py)
             for index, column in enumerate(self.scored):
-                for node in column.values:
-                    found[(node, index)] = column.cell(node)
-        return found  # type: ignore[return-value]  # every node of column.values has a cell
+                for node, cell in column.cells():
+                    found[(node, index)] = cell
+        return found
 
     def cell(self, node: str, index: int) -> Cell | None:
         return self.scored[index].cell(node)
@@ -228,24 +275,21 @@ def fleet_view(
 
 
 def fleet_view_by_column(
-    grouped: dict[Column, dict[str, list[float]]],
+    grouped: Mapping[Column, ColumnSamples],
     *,
     threshold: float = DEFAULT_THRESHOLD,
     min_spread: float = DEFAULT_MIN_SPREAD,
 ) -> FleetView:
-    """fleet_view of samples already joined: {column: {node: every sample of the node there}}. Each column's values
-    (the medians of its cells' samples) and scores are computed here; a cell's Score and Cell only for the outliers'
-    evidence, the rest when asked for (FleetView.cells, row)."""
+    """fleet_view of samples already joined, a column's {node: every sample of the node there} or Repetitions. Each
+    column's values (the medians of its cells' samples) and scores are computed here; a cell's Score and Cell only
+    for the outliers' evidence, the rest when asked for (FleetView.cells, row)."""
     with gc_paused():  # 20,000 cells at 1,000 nodes x 20 metrics (common/collector.py)
         columns = sorted(grouped, key=lambda c: (c.point, c.name, c.labels))
-        nodes = sorted({node for per_node in grouped.values() for node in per_node}, key=_natural)
-        scored = []
+        indexes: dict[tuple[str, ...], dict[str, int]] = {}
+        scored = [_judged(c, grouped[c], threshold=threshold, min_spread=min_spread, indexes=indexes) for c in columns]
+        nodes = sorted({node for judge in scored for node in judge.index}, key=_natural)
         bad: dict[str, list[tuple[Column, Cell]]] = defaultdict(list)
-        for column in columns:
-            per_node = grouped[column]
-            values = {node: _median(found) for node, found in per_node.items()}
-            judge = _judged(per_node, values, column, threshold=threshold, min_spread=min_spread)
-            scored.append(judge)
+        for column, judge in zip(columns, scored, strict=True):
             for node, cell in judge.outliers():
                 bad[node].append((column, cell))
         outliers = [Outlier(node, sorted(bad[node], key=lambda pair: pair[1].score.score)) for node in nodes
@@ -509,9 +553,9 @@ class DeviceView:
         with gc_paused():
             for index, groups in enumerate(self.scored):
                 for judge in groups.values():
-                    for title in judge.values:
-                        found[(titled[title], index)] = judge.cell(title)
-        return found  # type: ignore[return-value]  # every title of judge.values has a cell
+                    for title, cell in judge.cells():
+                        found[(titled[title], index)] = cell
+        return found
 
     def row(self, device: Device) -> list[Cell | None]:
         title = device.title
@@ -563,13 +607,11 @@ def _device_view(
     scored = []
     bad: dict[Device, list[tuple[Column, Cell]]] = defaultdict(list)
     for column in columns:
-        by_group: dict[str, tuple[dict[str, list[float]], dict[str, float]]] = {}
+        by_group: dict[str, dict[str, list[float]]] = {}
         for device, values in grouped[column].items():
-            of_title, medians = by_group.setdefault(device.group, ({}, {}))
-            of_title[device.title] = values
-            medians[device.title] = _median(values)
-        judges = {group: _judged(of_title, medians, column, threshold=threshold, min_spread=min_spread)
-                  for group, (of_title, medians) in by_group.items()}  # fmt: skip
+            by_group.setdefault(device.group, {})[device.title] = values
+        judges = {group: _judged(column, of_title, threshold=threshold, min_spread=min_spread)
+                  for group, of_title in by_group.items()}  # fmt: skip
         for judge in judges.values():
             for title, cell in judge.outliers():
                 bad[titled[title]].append((column, cell))
