@@ -50,9 +50,9 @@ def parse_threshold(raw: Any) -> float:
 
 
 class Score(NamedTuple):
-    """A node's (or a device's, or a link's) value against the median of its fleet. A named tuple, as Cell is: a
-    fleet view makes one of each for every cell (20,000 at 1,000 nodes x 20 metrics), and they cost a third of a
-    frozen dataclass's time to make, and half its objects for the collector to walk."""
+    """A node's (or a device's, or a link's) value against the median of its fleet. A named tuple, as Cell is: an
+    export of a fleet view makes one of each for every cell (20,000 at 1,000 nodes x 20 metrics), and they cost a
+    third of a frozen dataclass's time to make, and half its objects for the collector to walk."""
 
     node: str
     value: float
@@ -184,17 +184,15 @@ def _judged(
     *,
     threshold: float,
     min_spread: float,
-    indexes: dict[tuple[str, ...], dict[str, int]] | None = None,
+    indexes: dict[tuple[str, ...], dict[str, int]],
 ) -> _Scored:
     """A column's samples scored: each node's value the median of its samples, scored against their median.
     ``indexes`` keeps the {node: position} of each list of hosts, for the columns that share it."""
     if isinstance(samples, Repetitions):
         hosts = tuple(samples.hosts)
-        index = indexes.get(hosts) if indexes is not None else None
+        index = indexes.get(hosts)
         if index is None:
-            index = {host: position for position, host in enumerate(hosts)}
-            if indexes is not None:
-                indexes[hosts] = index
+            index = indexes[hosts] = {host: position for position, host in enumerate(hosts)}
         rows: np.ndarray | list[list[float]] = samples.values.T
         values = samples.values[0] if len(samples.values) == 1 else np.median(samples.values, axis=0)
     else:
@@ -610,7 +608,7 @@ def _device_view(
         by_group: dict[str, dict[str, list[float]]] = {}
         for device, values in grouped[column].items():
             by_group.setdefault(device.group, {})[device.title] = values
-        judges = {group: _judged(column, of_title, threshold=threshold, min_spread=min_spread)
+        judges = {group: _judged(column, of_title, threshold=threshold, min_spread=min_spread, indexes={})
                   for group, of_title in by_group.items()}  # fmt: skip
         for judge in judges.values():
             for title, cell in judge.outliers():

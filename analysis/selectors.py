@@ -474,11 +474,13 @@ def campaign_fleet_data(*, campaign: Campaign) -> FleetData:
     PostgreSQL groups the rows by run, metric, unit and labels (the flow labels left out as ``fleet.label_text``
     leaves them out) into arrays of hosts and values, and hashes the groups (``FLEET_WORK_MEM``): a 1,000-node
     campaign's 60,000 rows of 20 metrics and 3 repetitions arrive as 60 rows, where grouping by host as well sorted
-    every row by five keys, text among them, into 20,000 groups. Each group's hosts and values are paired off here,
-    a run's after the previous run's, so a node's values at a column are in run order (within a run, in the order
-    the table holds them). Elsewhere (SQLite) each row is its own group. Labels arrive as text and are read once
-    per distinct text (a campaign has few): a result with a device label goes to that device (loopback and virtual
-    NICs, and a telemetry series' p99 and max, to none)."""
+    every row by five keys, text among them, into 20,000 groups. The values come in binary (``float8_array``). A
+    column's groups are joined here, a run's after the previous run's, so a node's values at a column are in run
+    order (within a run, in the order the table holds them): where each run has every node once, the common case,
+    into an array of repetitions x hosts (fleet.Repetitions). Elsewhere (SQLite) each row is its own group.
+
+    Labels arrive as text and are read once per distinct text (a campaign has few): a result with a device label
+    goes to that device (loopback and virtual NICs, and a telemetry series' p99 and max, to none)."""
     runs = campaign.runs.filter(status=RunStatus.SUCCEEDED, is_warmup=False).values_list("pk", "point", "params")
     points = {pk: point for pk, point, _ in runs}
     params = {point: run_params for _, point, run_params in runs}
@@ -508,7 +510,7 @@ def campaign_fleet_data(*, campaign: Campaign) -> FleetData:
     texts: dict[str, tuple[str, fleet.DeviceKey | None]] = {}
     nodes: dict[fleet.Column, list[tuple[list[str], _Values]]] = {}
     devices: dict[str, dict[tuple[fleet.Column, str], list[tuple[list[str], _Values]]]] = {}
-    with gc_paused():  # 60,000 values and 20,000 lists (common/collector.py)
+    with gc_paused():  # where runs differ in their hosts, a list for each node and column (common/collector.py)
         for run_id, name, unit, raw, hosts, values in rows:
             found = texts.get(raw)
             if found is None:
