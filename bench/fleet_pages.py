@@ -48,6 +48,7 @@ class Timing:
 
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
+    database: list[float] = field(default_factory=list)  # the queries' time, as the client waited for them
     size: int = 0
     queries: int = 0
     collections: Counter[int] = field(default_factory=Counter)
@@ -57,14 +58,16 @@ class Timing:
         collected = " ".join(f"{self.collections[g] / requests:.1f}" for g in range(3))
         return (f"{label:<38} {statistics.median(self.wall) * 1000:5.0f} ms wall (p95 {p95 * 1000:5.0f}) "
                 f"{statistics.median(self.cpu) * 1000:5.0f} ms cpu (least {min(self.cpu) * 1000:4.0f}) "
+                f"{statistics.median(self.database) * 1000:4.0f} ms in queries "
                 f"{self.size / 1024:5.0f} KiB {self.queries} queries, gc {collected}")  # fmt: skip
 
 
 def pages(client: Client, urls: dict[str, str], repeat: int = REPEAT) -> dict[str, Timing]:
     """Each URL requested once to warm up, then ``repeat`` rounds of every URL in turn, so that a burst of load on
     the shared machine falls on all of them alike: median and 95th percentile wall time, median and least CPU time,
-    size, queries and garbage collections (generations 0, 1, 2) per request. On a loaded machine the CPU time is
-    the steadier number, its least the steadiest; the database's own time is in the wall time only."""
+    the time spent in queries (PostgreSQL's, and fetching their rows), size, queries and garbage collections
+    (generations 0, 1, 2) per request. On a loaded machine the CPU time is the steadier number, its least the
+    steadiest."""
     timings = {label: Timing() for label in urls}
     current: list[Counter[int]] = []
 
@@ -87,6 +90,7 @@ def pages(client: Client, urls: dict[str, str], repeat: int = REPEAT) -> dict[st
                 if round_:  # the first round warms up
                     timing.wall.append(took)
                     timing.cpu.append(took_cpu)
+                    timing.database.append(sum(float(q["time"]) for q in queries.captured_queries))
     finally:
         gc.callbacks.remove(count)
     return timings
