@@ -15,13 +15,15 @@ ends is an outlier node is a bad link.
 
 from __future__ import annotations
 
-import math
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from common.collector import gc_paused
 from common.errors import ParamError
@@ -47,8 +49,11 @@ def parse_threshold(raw: Any) -> float:
     return value
 
 
-@dataclass(frozen=True)
-class Score:
+class Score(NamedTuple):
+    """A node's (or a device's, or a link's) value against the median of its fleet. A named tuple, as Cell is: an
+    export of a fleet view makes one of each for every cell (20,000 at 1,000 nodes x 20 metrics), and they cost a
+    third of a frozen dataclass's time to make, and half its objects for the collector to walk."""
+
     node: str
     value: float
     median: float  # the fleet's
@@ -71,15 +76,21 @@ def robust_scores(
     """Every node's score against the median of ``values`` (node -> value)."""
     if not values:
         return {}
-    median = statistics.median(values.values())
-    mad = statistics.median(abs(v - median) for v in values.values())
-    scale = max(MAD_TO_SIGMA * mad, min_spread * abs(median), 1e-12)
+    median, scale = _spread(list(values.values()), min_spread)
+    sign = 1 if higher_is_better else -1
     judged = len(values) >= MIN_NODES
     scores = {}
     for node, value in values.items():
-        score = (value - median) / scale * (1 if higher_is_better else -1)
+        score = (value - median) / scale * sign
         scores[node] = Score(node, value, median, score, judged and score <= -threshold)
     return scores
+
+
+def _spread(values: list[float], min_spread: float) -> tuple[float, float]:
+    """The median of ``values`` and the scale a score divides by (see the module's docstring)."""
+    median = _median(values)
+    mad = _median([abs(v - median) for v in values])
+    return median, max(MAD_TO_SIGMA * mad, min_spread * abs(median), 1e-12)
 
 
 # --- the fleet view: node x metric ---------------------------------------------------------------------------
@@ -102,8 +113,7 @@ class Column:
         return " ".join(p for p in (self.name, f"[{self.labels}]" if self.labels else "", self.params) if p)
 
 
-@dataclass(frozen=True)
-class Cell:
+class Cell(NamedTuple):
     score: Score
     samples: tuple[float, ...]  # every repetition's value (a node's value is their median)
 
@@ -114,16 +124,118 @@ class Outlier:
     evidence: list[tuple[Column, Cell]]  # the cells that make it one, worst first
 
 
+@dataclass(frozen=True)
+class Repetitions:
+    """A column's samples where every node has one in each repetition, the common case: ``hosts`` (each once) and
+    ``values``, an array of repetitions x hosts. fleet_view_by_column takes it in place of {node: samples}: the
+    medians and scores of 1,000 nodes are then a few array operations."""
+
+    hosts: list[str]
+    values: np.ndarray  # float64, (repetitions, len(hosts))
+
+    def as_lists(self) -> dict[str, list[float]]:
+        return dict(zip(self.hosts, self.values.T.tolist(), strict=True))
+
+
+ColumnSamples = dict[str, list[float]] | Repetitions  # a column's samples: {node: its samples}, or Repetitions
+
+
+@dataclass(frozen=True)
+class _Scored:
+    """One column of a fleet view, judged: every node's samples and value (their median), by position, the fleet's
+    median and the scale. A cell's Score and Cell are made from it when asked for: a page shows 100 of 1,000 nodes,
+    the API only the outliers' cells."""
+
+    index: dict[str, int]  # node -> its position
+    values: np.ndarray  # float64: each node's value
+    samples: np.ndarray | list[list[float]]  # each node's samples (a row each)
+    median: float
+    scale: float
+    sign: int
+    limit: float | None  # a score at or below it is an outlier's (None: nobody is judged here)
+
+    def cell(self, node: str) -> Cell | None:
+        position = self.index.get(node)
+        return None if position is None else self._cell(node, position)
+
+    def _cell(self, node: str, position: int) -> Cell:
+        value = float(self.values[position])
+        score = (value - self.median) / self.scale * self.sign  # as the array in outliers() has it, to the bit
+        row = self.samples[position]
+        samples = tuple(row.tolist() if isinstance(row, np.ndarray) else row)
+        return Cell(Score(node, value, self.median, score, self.limit is not None and score <= self.limit), samples)
+
+    def cells(self) -> Iterator[tuple[str, Cell]]:
+        for node, position in self.index.items():
+            yield node, self._cell(node, position)
+
+    def outliers(self) -> list[tuple[str, Cell]]:
+        """(node, cell) of every outlier, in position order."""
+        if self.limit is None:
+            return []
+        scores = (self.values - self.median) / self.scale * self.sign
+        nodes = list(self.index)
+        return [(nodes[i], self._cell(nodes[i], i)) for i in np.flatnonzero(scores <= self.limit).tolist()]
+
+
+def _judged(
+    column: Column,
+    samples: ColumnSamples,
+    *,
+    threshold: float,
+    min_spread: float,
+    indexes: dict[tuple[str, ...], dict[str, int]],
+) -> _Scored:
+    """A column's samples scored: each node's value the median of its samples, scored against their median.
+    ``indexes`` keeps the {node: position} of each list of hosts, for the columns that share it."""
+    if isinstance(samples, Repetitions):
+        hosts = tuple(samples.hosts)
+        index = indexes.get(hosts)
+        if index is None:
+            index = indexes[hosts] = {host: position for position, host in enumerate(hosts)}
+        rows: np.ndarray | list[list[float]] = samples.values.T
+        values = samples.values[0] if len(samples.values) == 1 else np.median(samples.values, axis=0)
+    else:
+        index = {node: position for position, node in enumerate(samples)}
+        rows = list(samples.values())
+        values = np.array([_median(found) for found in rows], dtype=np.float64)
+    median, scale = _spread_of(values, min_spread)
+    judged = len(index) >= MIN_NODES and column.judged
+    sign = 1 if column.higher_is_better else -1
+    return _Scored(index, values, rows, median, scale, sign, -threshold if judged else None)
+
+
+def _spread_of(values: np.ndarray, min_spread: float) -> tuple[float, float]:
+    """_spread of an array: numpy's median is the same value, to the bit (the middle one, or the half-sum of the two
+    middle ones)."""
+    median = float(np.median(values))
+    mad = float(np.median(np.abs(values - median)))
+    return median, max(MAD_TO_SIGMA * mad, min_spread * abs(median), 1e-12)
+
+
 @dataclass
 class FleetView:
     nodes: list[str]
     columns: list[Column]
-    cells: dict[tuple[str, int], Cell]  # (node, column index) -> cell
     outliers: list[Outlier]
     threshold: float
+    scored: list[_Scored] = field(default_factory=list, repr=False)  # one per column
+
+    @cached_property
+    def cells(self) -> dict[tuple[str, int], Cell]:
+        """(node, column index) -> cell, every one (the exports)."""
+        found = {}
+        with gc_paused():  # 20,000 cells (common/collector.py)
+            for index, column in enumerate(self.scored):
+                for node, cell in column.cells():
+                    found[(node, index)] = cell
+        return found
+
+    def cell(self, node: str, index: int) -> Cell | None:
+        return self.scored[index].cell(node)
 
     def row(self, node: str) -> list[Cell | None]:
-        return [self.cells.get((node, i)) for i in range(len(self.columns))]
+        return [column.cell(node) for column in self.scored]
 
 
 # Labels that say which flow of a host a value is, not what was measured: a host's value at a point is the median
@@ -145,46 +257,47 @@ def fleet_view(
     """The node x metric matrix from (column, node, values) samples (a node's repetitions and flows at a column;
     several of one node and column are joined): each cell the median of its samples, scored against the other
     nodes' cells of its column."""
-    with gc_paused():  # some 150,000 small objects at 1,000 nodes x 20 metrics (common/collector.py)
-        return _fleet_view(samples, threshold=threshold, min_spread=min_spread)
-
-
-def _fleet_view(
-    samples: Iterable[tuple[Column, str, Sequence[float]]], *, threshold: float, min_spread: float
-) -> FleetView:
     grouped: dict[Column, dict[str, list[float]]] = {}
     last: Column | None = None
     per_node: dict[str, list[float]] = {}
-    for column, node, values in samples:
-        if column is not last:  # samples come column by column: a column's hash (six fields) once per column
-            per_node, last = grouped.setdefault(column, {}), column
-        found = per_node.get(node)
-        if found is None:
-            per_node[node] = list(values)
-        else:
-            found.extend(values)
-    columns = sorted(grouped, key=lambda c: (c.point, c.name, c.labels))
-    nodes = sorted({node for per_node in grouped.values() for node in per_node}, key=_natural)
-    cells: dict[tuple[str, int], Cell] = {}
-    bad: dict[str, list[tuple[Column, Cell]]] = defaultdict(list)
-    for index, column in enumerate(columns):
-        medians = {node: _median(found) for node, found in grouped[column].items()}
-        scores = robust_scores(
-            medians,
-            higher_is_better=column.higher_is_better,
-            threshold=threshold if column.judged else math.inf,
-            min_spread=min_spread,
-        )
-        for node, score in scores.items():
-            cell = cells[(node, index)] = Cell(score, tuple(grouped[column][node]))
-            if score.outlier:
+    with gc_paused():  # a list for each node and column (common/collector.py)
+        for column, node, values in samples:
+            if column is not last:  # samples come column by column: a column's hash (six fields) once per column
+                per_node, last = grouped.setdefault(column, {}), column
+            found = per_node.get(node)
+            if found is None:
+                per_node[node] = list(values)
+            else:
+                found.extend(values)
+        return fleet_view_by_column(grouped, threshold=threshold, min_spread=min_spread)
+
+
+def fleet_view_by_column(
+    grouped: Mapping[Column, ColumnSamples],
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    min_spread: float = DEFAULT_MIN_SPREAD,
+) -> FleetView:
+    """fleet_view of samples already joined, a column's {node: every sample of the node there} or Repetitions. Each
+    column's values (the medians of its cells' samples) and scores are computed here; a cell's Score and Cell only
+    for the outliers' evidence, the rest when asked for (FleetView.cells, row)."""
+    with gc_paused():  # 20,000 cells at 1,000 nodes x 20 metrics (common/collector.py)
+        columns = sorted(grouped, key=lambda c: (c.point, c.name, c.labels))
+        indexes: dict[tuple[str, ...], dict[str, int]] = {}
+        scored = [_judged(c, grouped[c], threshold=threshold, min_spread=min_spread, indexes=indexes) for c in columns]
+        nodes = sorted({node for judge in scored for node in judge.index}, key=_natural)
+        bad: dict[str, list[tuple[Column, Cell]]] = defaultdict(list)
+        for column, judge in zip(columns, scored, strict=True):
+            for node, cell in judge.outliers():
                 bad[node].append((column, cell))
-    outliers = [Outlier(node, sorted(bad[node], key=lambda pair: pair[1].score.score)) for node in nodes if node in bad]
-    return FleetView(nodes, columns, cells, outliers, threshold)
+        outliers = [Outlier(node, sorted(bad[node], key=lambda pair: pair[1].score.score)) for node in nodes
+                    if node in bad]  # fmt: skip
+        return FleetView(nodes, columns, outliers, threshold, scored)
 
 
 def _median(values: list[float]) -> float:
-    """statistics.median for the few repetitions of one cell, without its overhead (20,000 cells a page)."""
+    """statistics.median (the same value, to the bit) without its overhead: 20,000 cells a page, each the median of
+    its few repetitions, and each column's median and MAD over its 1,000 nodes."""
     ordered = sorted(values)
     middle = len(ordered) // 2
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
@@ -345,10 +458,10 @@ def links_payload(matrix: LinkMatrix) -> dict[str, Any]:
 # --- per device: GPU x metric, NIC x metric ------------------------------------------------------------------
 #
 # A result labelled with a device (telemetry's gpu.* {gpu}, net.* {nic}, rdma.* {device, port}; the nvidia_smi
-# parser's {gpu}) is one device's: it is judged against every device of its kind in the fleet at the same column
-# (a GPU against all the fleet's GPUs there, not only against the other nodes' GPU of the same index), and NICs only
-# within their group (the link speed the inventory knows), so a 25G port is never held against a 100G one. Loopback
-# and virtual interfaces are no devices of the fleet and are left out.
+# parser's {gpu}; perftest's {hca, port}) is one device's: it is judged against every device of its kind in the fleet
+# at the same column (a GPU against all the fleet's GPUs there, not only against the other nodes' GPU of the same
+# index), and NICs only within their group (the link speed the inventory knows), so a 25G port is never held against
+# a 100G one. Loopback and virtual interfaces are no devices of the fleet and are left out.
 
 GPU, NIC = "gpu", "nic"
 DEVICE_KINDS = {GPU: "GPU", NIC: "NIC"}
@@ -387,10 +500,18 @@ def device_key(name: str, labels: dict[str, Any]) -> DeviceKey | None:
     if "nic" in labels:
         return DeviceKey(NIC, str(labels["nic"]), {k: v for k, v in labels.items() if k != "nic"})
     if "device" in labels and name.startswith("rdma."):  # an HCA port (plugins/tools/sampler.py, rdma group)
-        port = labels.get("port")
-        device = f"{labels['device']}:{port}" if port not in (None, "") else str(labels["device"])
-        return DeviceKey(NIC, device, {k: v for k, v in labels.items() if k not in ("device", "port")})
+        return _hca_port(labels, "device")
+    if "hca" in labels:  # the HCA port an RDMA benchmark's client ran on (plugins/benchmarks/perftest.py)
+        return _hca_port(labels, "hca")
     return None
+
+
+def _hca_port(labels: dict[str, Any], key: str) -> DeviceKey:
+    """An HCA port named as telemetry names it (``mlx5_0:1``; the HCA alone where the port is not known), so an RDMA
+    benchmark's results and the port's counters are one device's."""
+    port = labels.get("port")
+    device = f"{labels[key]}:{port}" if port not in (None, "") else str(labels[key])
+    return DeviceKey(NIC, device, {k: v for k, v in labels.items() if k not in (key, "port")})
 
 
 def device_metric_shown(name: str) -> bool:
@@ -403,8 +524,7 @@ def series_direction(name: str) -> tuple[bool, bool]:
     return series not in LOWER_IS_BETTER_SERIES, series not in CONTEXT_SERIES
 
 
-@dataclass(frozen=True)
-class Device:
+class Device(NamedTuple):
     node: str
     name: str
     group: str = ""  # the class it is judged within ("" when its kind is one class), e.g. "100 Gbit/s"
@@ -428,16 +548,29 @@ class DeviceView:
     kind: str
     devices: list[Device]
     columns: list[Column]
-    cells: dict[tuple[Device, int], Cell]
     outliers: list[DeviceOutlier]
     threshold: float
+    scored: list[dict[str, _Scored]] = field(default_factory=list, repr=False)  # per column: group -> by title
 
     @property
     def title(self) -> str:
         return DEVICE_KINDS.get(self.kind, self.kind)
 
+    @cached_property
+    def cells(self) -> dict[tuple[Device, int], Cell]:
+        """(device, column index) -> cell, every one (the exports)."""
+        titled = {d.title: d for d in self.devices}
+        found = {}
+        with gc_paused():
+            for index, groups in enumerate(self.scored):
+                for judge in groups.values():
+                    for title, cell in judge.cells():
+                        found[(titled[title], index)] = cell
+        return found
+
     def row(self, device: Device) -> list[Cell | None]:
-        return [self.cells.get((device, i)) for i in range(len(self.columns))]
+        title = device.title
+        return [judge.cell(title) if (judge := groups.get(device.group)) else None for groups in self.scored]
 
 
 DeviceSample = tuple[Column, str, str, Sequence[float]]  # (column, node, device name, values)
@@ -465,36 +598,38 @@ def _device_view(
     threshold: float,
     min_spread: float,
 ) -> DeviceView:
-    found = groups
-    grouped: dict[Column, dict[Device, list[float]]] = defaultdict(dict)
+    known: dict[tuple[str, str], Device] = {}
+    grouped: dict[Column, dict[Device, list[float]]] = {}
     for column, node, name, values in samples:
-        device = Device(node, name, found.get((node, name), ""))
-        grouped[column].setdefault(device, []).extend(values)
+        device = known.get((node, name))
+        if device is None:
+            device = known[(node, name)] = Device(node, name, groups.get((node, name), ""))
+        per_device = grouped.get(column)
+        if per_device is None:
+            per_device = grouped[column] = {}
+        found = per_device.get(device)
+        if found is None:
+            per_device[device] = list(values)
+        else:
+            found.extend(values)
     columns = sorted(grouped, key=lambda c: (c.point, c.name, c.labels))
-    devices = sorted({d for per in grouped.values() for d in per}, key=_device_order)
-    cells: dict[tuple[Device, int], Cell] = {}
+    devices = sorted(known.values(), key=_device_order)
+    titled = {d.title: d for d in devices}
+    scored = []
     bad: dict[Device, list[tuple[Column, Cell]]] = defaultdict(list)
-    for index, column in enumerate(columns):
-        by_group: dict[str, dict[str, float]] = defaultdict(dict)
-        titled: dict[str, Device] = {}
+    for column in columns:
+        by_group: dict[str, dict[str, list[float]]] = {}
         for device, values in grouped[column].items():
-            by_group[device.group][device.title] = _median(values)
-            titled[device.title] = device
-        for medians in by_group.values():
-            scores = robust_scores(
-                medians,
-                higher_is_better=column.higher_is_better,
-                threshold=threshold if column.judged else math.inf,
-                min_spread=min_spread,
-            )
-            for title, score in scores.items():
-                device = titled[title]
-                cell = cells[(device, index)] = Cell(score, tuple(grouped[column][device]))
-                if score.outlier:
-                    bad[device].append((column, cell))
+            by_group.setdefault(device.group, {})[device.title] = values
+        judges = {group: _judged(column, of_title, threshold=threshold, min_spread=min_spread, indexes={})
+                  for group, of_title in by_group.items()}  # fmt: skip
+        for judge in judges.values():
+            for title, cell in judge.outliers():
+                bad[titled[title]].append((column, cell))
+        scored.append(judges)
     outliers = [DeviceOutlier(d, sorted(e, key=lambda pair: pair[1].score.score)) for d, e in bad.items()]
     outliers.sort(key=lambda o: o.evidence[0][1].score.score)
-    return DeviceView(kind, devices, columns, cells, outliers, threshold)
+    return DeviceView(kind, devices, columns, outliers, threshold, scored)
 
 
 def _device_order(device: Device) -> tuple[Any, ...]:

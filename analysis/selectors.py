@@ -13,9 +13,24 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 from django.contrib.postgres.aggregates import ArrayAgg
-from django.db import connection
-from django.db.models import Avg, Count, F, Max, Min, Q, QuerySet, StdDev, Sum, TextField
+from django.db import connection, transaction
+from django.db.models import (
+    Avg,
+    BinaryField,
+    Count,
+    Exists,
+    Func,
+    Max,
+    Min,
+    OuterRef,
+    Q,
+    QuerySet,
+    StdDev,
+    Sum,
+    TextField,
+)
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 from django.http import Http404, HttpRequest
@@ -408,48 +423,95 @@ def campaign_fleet_samples(*, campaign: Campaign) -> list[tuple[fleet.Column, st
 
 @dataclass
 class FleetData:
-    """A campaign's per-host results, split: the nodes' own, and per device kind each device's (fleet.device_key),
-    with the groups its NICs are judged within."""
+    """A campaign's per-host results, split: the nodes' own (``by_column``: {column: {node: its values there}}, for
+    fleet.fleet_view_by_column), and per device kind each device's (fleet.device_key), with the groups its NICs are
+    judged within."""
 
-    nodes: list[tuple[fleet.Column, str, list[float]]]
+    by_column: dict[fleet.Column, fleet.ColumnSamples]
     devices: dict[str, list[fleet.DeviceSample]] = field(default_factory=dict)
     groups: dict[tuple[str, str], str] = field(default_factory=dict)  # (node, nic) -> its link speed
+
+    @property
+    def nodes(self) -> list[tuple[fleet.Column, str, list[float]]]:
+        """The nodes' own results as fleet.fleet_view's (column, node, values) samples."""
+        return [(column, node, values) for column, per in self.by_column.items()
+                for node, values in _as_lists(per).items()]  # fmt: skip
+
+
+FLEET_WORK_MEM = "128MB"
+_Values = list[float] | np.ndarray  # a group's values: a list, or an array read from PostgreSQL's binary form
+
+
+class ArraySend(Func):
+    """An array in PostgreSQL's binary form (``array_send``; read with ``float8_array``)."""
+
+    function = "array_send"
+    output_field = BinaryField()
+
+
+_FLOAT8_OID = 701
+_FLOAT8_ELEMENTS = np.dtype([("length", ">i4"), ("value", ">f8")])
+
+
+def float8_array(blob: bytes | memoryview) -> np.ndarray:
+    """A float8[] without NULLs from its binary form (``ArraySend``): a header (dimensions, a NULL flag, the element
+    type, then each dimension's length and lower bound), then each element's length and its 8 big-endian bytes. The
+    same floats, to the bit, as the array's text form gives, without parsing 60,000 numbers' text (a 1,000-node
+    campaign's values: it was the fleet page's largest cost in Python)."""
+    data = bytes(blob)
+    dimensions, nulls, element = (int.from_bytes(data[i : i + 4], "big") for i in (0, 4, 8))
+    if dimensions == 0:
+        return np.empty(0)
+    if dimensions != 1 or nulls or element != _FLOAT8_OID:
+        raise ValueError(f"not a one-dimensional float8[] without NULLs: {dimensions}, {nulls}, {element}")
+    return np.frombuffer(data, dtype=_FLOAT8_ELEMENTS, offset=20)["value"].astype(np.float64)
 
 
 def campaign_fleet_data(*, campaign: Campaign) -> FleetData:
     """Every node's and device's per-host results at each column of the campaign's succeeded repetitions: two
-    queries, a third only where there are NICs. PostgreSQL groups the rows (a node's repetitions and flows at one
-    column, the flow labels left out as ``fleet.label_text`` leaves them out), so a 1,000-node campaign's 60,000 rows
-    arrive as 20,000 groups; elsewhere (SQLite) each row is its own group. Labels arrive as text and are read once
-    per distinct text (a campaign has few): a result with a device label goes to that device (loopback and virtual
-    NICs, and a telemetry series' p99 and max, to none)."""
+    queries, a third only where there are NICs.
+
+    PostgreSQL groups the rows by run, metric, unit and labels (the flow labels left out as ``fleet.label_text``
+    leaves them out) into arrays of hosts and values, and hashes the groups (``FLEET_WORK_MEM``): a 1,000-node
+    campaign's 60,000 rows of 20 metrics and 3 repetitions arrive as 60 rows, where grouping by host as well sorted
+    every row by five keys, text among them, into 20,000 groups. The values come in binary (``float8_array``). A
+    column's groups are joined here, a run's after the previous run's, so a node's values at a column are in run
+    order (within a run, in the order the table holds them): where each run has every node once, the common case,
+    into an array of repetitions x hosts (fleet.Repetitions). Elsewhere (SQLite) each row is its own group.
+
+    Labels arrive as text and are read once per distinct text (a campaign has few): a result with a device label
+    goes to that device (loopback and virtual NICs, and a telemetry series' p99 and max, to none)."""
     runs = campaign.runs.filter(status=RunStatus.SUCCEEDED, is_warmup=False).values_list("pk", "point", "params")
+    points = {pk: point for pk, point, _ in runs}
     params = {point: run_params for _, point, run_params in runs}
     benchmark = get_benchmark(campaign.kind)
-    results = (
-        Result.objects.filter(run_id__in=[pk for pk, _, _ in runs]).exclude(host="").annotate(point=F("run__point"))
-    )
-    rows: Iterable[tuple[int, str, str, str, str, list[float]]]
+    results = Result.objects.filter(run_id__in=list(points)).exclude(host="").order_by()
+    rows: Iterable[tuple[int, str, str, str, list[str], _Values]]
     if connection.vendor == "postgresql":
-        rows = (
+        grouped = (
             results.annotate(
                 labels_text=RawSQL(f"({Result._meta.db_table}.labels - %s::text[])::text", (sorted(fleet.FLOW_LABELS),))
             )
-            .values("point", "name", "unit", "labels_text", "host")
-            .annotate(values=ArrayAgg("value", order_by=("run_id", "id")))
-            .order_by("point", "name", "unit", "labels_text")  # column by column (fleet_view groups them so)
-            .values_list("point", "name", "unit", "labels_text", "host", "values")
+            .values("run_id", "name", "unit", "labels_text")
+            .annotate(hosts=ArrayAgg("host"), values=ArraySend(ArrayAgg("value")))  # no ORDER BY: it sorts every row
+            .order_by("run_id")
+            .values_list("run_id", "name", "unit", "labels_text", "hosts", "values")
         )
+        with transaction.atomic(), connection.cursor() as cursor:
+            # for this transaction only: room for the planner to hash the groups (it reckons 8 kB of array for each
+            # of some rows / 6 groups; a campaign has few, and they take a few MB)
+            cursor.execute("SELECT set_config('work_mem', %s, true)", [FLEET_WORK_MEM])
+            rows = [(run, name, unit, raw, hosts, float8_array(blob)) for run, name, unit, raw, hosts, blob in grouped]
     else:
-        each = results.annotate(labels_text=Cast("labels", TextField()))
-        rows = (
-            (*row, [value]) for *row, value in each.values_list("point", "name", "unit", "labels_text", "host", "value")
-        )
+        each = results.annotate(labels_text=Cast("labels", TextField())).order_by("run_id", "id")
+        fields = ("run_id", "name", "unit", "labels_text", "host", "value")
+        rows = ((*row, [host], [value]) for *row, host, value in each.values_list(*fields))
     columns: dict[tuple[int, str, str, str], fleet.Column] = {}
     texts: dict[str, tuple[str, fleet.DeviceKey | None]] = {}
-    data = FleetData(nodes=[])
-    with gc_paused():  # 20,000 rows of small objects (common/collector.py)
-        for point, name, unit, raw, host, values in rows:
+    nodes: dict[fleet.Column, list[tuple[list[str], _Values]]] = {}
+    devices: dict[str, dict[tuple[fleet.Column, str], list[tuple[list[str], _Values]]]] = {}
+    with gc_paused():  # where runs differ in their hosts, a list for each node and column (common/collector.py)
+        for run_id, name, unit, raw, hosts, values in rows:
             found = texts.get(raw)
             if found is None:
                 labels = json.loads(raw)
@@ -459,17 +521,44 @@ def campaign_fleet_data(*, campaign: Campaign) -> FleetData:
                 if device.virtual or not fleet.device_metric_shown(name):
                     continue
                 text = fleet.label_text(device.labels)
+            point = points[run_id]
             key = (point, name, text, unit)
             column = columns.get(key)
             if column is None:
                 column = columns[key] = _fleet_column(benchmark, point, name, text, unit, params)
             if device is None:
-                data.nodes.append((column, host, values))
+                nodes.setdefault(column, []).append((hosts, values))
             else:
-                data.devices.setdefault(device.kind, []).append((column, host, device.name, values))
+                devices.setdefault(device.kind, {}).setdefault((column, device.name), []).append((hosts, values))
+        data = FleetData(by_column={column: _joined(arrays) for column, arrays in nodes.items()})
+        for kind, per_device in devices.items():
+            data.devices[kind] = [(column, node, device, found) for (column, device), arrays in per_device.items()
+                                  for node, found in _as_lists(_joined(arrays)).items()]  # fmt: skip
     if fleet.NIC in data.devices:
         data.groups = _nic_groups({(node, nic) for _, node, nic, _ in data.devices[fleet.NIC]})
     return data
+
+
+def _joined(arrays: list[tuple[list[str], _Values]]) -> fleet.ColumnSamples:
+    """A column's (or a device's at a column) samples from (hosts, values) arrays, in the arrays' order. The common
+    case, every array with the same hosts once each (every node in every repetition), is stacked whole into
+    fleet.Repetitions; else {host: its values}."""
+    first = arrays[0][0]
+    if all(hosts == first for hosts, _ in arrays) and len(set(first)) == len(first):
+        return fleet.Repetitions(first, np.array([values for _, values in arrays], dtype=np.float64))
+    found: dict[str, list[float]] = {}
+    for hosts, values in arrays:
+        for host, value in zip(hosts, values.tolist() if isinstance(values, np.ndarray) else values, strict=True):
+            have = found.get(host)
+            if have is None:
+                found[host] = [value]
+            else:
+                have.append(value)
+    return found
+
+
+def _as_lists(samples: fleet.ColumnSamples) -> dict[str, list[float]]:
+    return samples.as_lists() if isinstance(samples, fleet.Repetitions) else samples
 
 
 def _fleet_column(
@@ -514,8 +603,23 @@ class Links:
     points: list[int]  # the points with pairwise results (one metric each; the matrix shows one kind of metric)
 
 
-def _pair_runs(campaign: Campaign) -> dict[int, tuple[PairMetric, list[int]]]:
-    """{point: (its pair metric, its succeeded repetitions)} of the points whose runs are pairwise."""
+@dataclass(frozen=True)
+class PairRuns:
+    """A campaign's pairwise runs, read once: {point: (its pair metric, its succeeded repetitions)} of the points
+    whose runs have pairwise results, and the plug-in that reads them. A page picks a point among ``points`` and
+    then reads its links (``pair_links``)."""
+
+    benchmark: Benchmark
+    by_point: dict[int, tuple[PairMetric, list[int]]]
+
+    @property
+    def points(self) -> list[int]:
+        return sorted(self.by_point)
+
+
+def campaign_pair_runs(*, campaign: Campaign) -> PairRuns:
+    """The points of the campaign whose runs are pairwise (its plug-in's pair_metric) and have pairwise results
+    (labelled ``peer``): two queries, the second asking of each pairwise run only whether it has one."""
     benchmark = get_benchmark(campaign.kind)
     runs = campaign.runs.filter(status=RunStatus.SUCCEEDED, is_warmup=False).order_by("point", "sequence")
     found: dict[int, tuple[PairMetric, list[int]]] = {}
@@ -526,21 +630,22 @@ def _pair_runs(campaign: Campaign) -> dict[int, tuple[PairMetric, list[int]]]:
             metric = None
         if metric is not None:
             found.setdefault(point, (metric, []))[1].append(pk)
-    return found
+    paired = Result.objects.filter(run_id=OuterRef("pk"), labels__has_key="peer").exclude(host="")
+    measured = Run.objects.filter(Exists(paired), pk__in=[pk for _, pks in found.values() for pk in pks])
+    points = set(measured.order_by().values_list("point", flat=True).distinct())
+    return PairRuns(benchmark, {point: runs for point, runs in found.items() if point in points})
 
 
-def campaign_links(*, campaign: Campaign, point: int | None = None) -> Links:
-    """The pairwise results of one point, or of every point whose pair metric is the first one's (two queries)."""
-    pair_runs = _pair_runs(campaign)
-    with_results = Result.objects.filter(
-        HOST_RESULTS, run_id__in=[pk for _, pks in pair_runs.values() for pk in pks], labels__has_key="peer"
-    )
-    points = sorted(set(with_results.values_list("run__point", flat=True)))
+def pair_links(pair_runs: PairRuns, *, point: int | None = None) -> Links:
+    """The pairwise results of one point, or of every point whose pair metric is the first one's: one query (none
+    when there is no such point)."""
+    points = pair_runs.points
     chosen = [p for p in points if p == point] if point is not None else points
     if not chosen:
         return Links([], None, points)
-    metric = pair_runs[chosen[0]][0]
-    runs = [pk for p in chosen if pair_runs[p][0] == metric for pk in pair_runs[p][1]]
+    by_point = pair_runs.by_point
+    metric = by_point[chosen[0]][0]
+    runs = [pk for p in chosen if by_point[p][0] == metric for pk in by_point[p][1]]
     rows = Result.objects.filter(HOST_RESULTS, run_id__in=runs, name=metric.name, labels__has_key="peer")
     if metric.labels:  # key lookups (SQLite has no JSON containment); the keys are the plug-in's own
         rows = rows.filter(**{f"labels__{key}": value for key, value in metric.labels.items()})
@@ -548,9 +653,15 @@ def campaign_links(*, campaign: Campaign, point: int | None = None) -> Links:
     fields = ("run_id", "name", "unit", "host", "labels", "value")
     for run_id, name, unit, host, labels, value in rows.values_list(*fields).iterator(chunk_size=10_000):
         found[run_id].append(Metric(name=name, value=value, unit=unit, host=host, labels=labels))
-    benchmark = get_benchmark(campaign.kind)
-    flows = [(a, b, value) for metrics in found.values() for (a, b), value in benchmark.pair_flows(metrics).items()]
+    flows = [
+        (a, b, value) for metrics in found.values() for (a, b), value in pair_runs.benchmark.pair_flows(metrics).items()
+    ]
     return Links(flows, metric, points)
+
+
+def campaign_links(*, campaign: Campaign, point: int | None = None) -> Links:
+    """The pairwise results of one point, or of every point whose pair metric is the first one's (three queries)."""
+    return pair_links(campaign_pair_runs(campaign=campaign), point=point)
 
 
 def campaign_link_flows(*, campaign: Campaign, point: int | None = None) -> list[tuple[str, str, float]]:
@@ -602,10 +713,6 @@ def _pair_flows(benchmark: Benchmark, runs: list[Run]) -> dict[int, localise.Flo
     for run_id, name, unit, host, labels, value in rows.values_list(*fields):
         found[run_id].append(Metric(name=name, value=value, unit=unit, host=host, labels=labels))
     return {pk: benchmark.pair_flows(metrics) for pk, metrics in found.items()}
-
-
-def campaign_link_points(*, campaign: Campaign) -> list[int]:
-    return campaign_links(campaign=campaign, point=-1).points
 
 
 def suite_run_team(*, request: HttpRequest, name: str) -> Any:

@@ -293,7 +293,7 @@ def fleet_page(request: HttpRequest, pk: int) -> HttpResponse:
     errors: list[str] = []
     threshold = _threshold(request, errors)
     data = selectors.campaign_fleet_data(campaign=campaign)
-    view = fleet.fleet_view(data.nodes, threshold=threshold)
+    view = fleet.fleet_view_by_column(data.by_column, threshold=threshold)
     devices = fleet.device_views(data.devices, groups=data.groups, threshold=threshold)
     pages = max(1, -(-len(view.nodes) // reports.FLEET_ROWS))
     page = _choice(request.GET, "page", [str(p) for p in range(1, pages + 1)], ("1",), errors, "page") or "1"
@@ -313,9 +313,10 @@ def links_page(request: HttpRequest, pk: int) -> HttpResponse:
     campaign = selectors.campaign_by_id(request=request, pk=pk)
     errors: list[str] = []
     threshold = _threshold(request, errors)
-    points = selectors.campaign_link_points(campaign=campaign)
+    pair_runs = selectors.campaign_pair_runs(campaign=campaign)
+    points = pair_runs.points
     point = _choice(request.GET, "point", [str(p) for p in points], (), errors, "point")
-    links = selectors.campaign_links(campaign=campaign, point=int(point) if point else None)
+    links = selectors.pair_links(pair_runs, point=int(point) if point else None)
     matrix = selectors.link_matrix(links, threshold=threshold)
     context = {"errors": errors, "campaign": campaign, "matrix": matrix, "threshold": threshold,
                "points": points, "point": point, "grid": reports.link_grid(matrix),

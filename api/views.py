@@ -380,7 +380,7 @@ class CampaignViewSet(ScopedMixin, IdempotentMixin, viewsets.ModelViewSet):
         campaign = self.get_object()
         threshold = fleet.parse_threshold(request.query_params.get("threshold"))
         data = analysis_selectors.campaign_fleet_data(campaign=campaign)
-        payload = fleet.fleet_payload(fleet.fleet_view(data.nodes, threshold=threshold))
+        payload = fleet.fleet_payload(fleet.fleet_view_by_column(data.by_column, threshold=threshold))
         devices = fleet.device_views(data.devices, groups=data.groups, threshold=threshold)
         return Response(fleet.devices_payload(payload, devices))
 

@@ -8,6 +8,8 @@ The data goes to a scratch database, ``rackbench_bench_fleet``, created, migrate
 Data: one matrix point, 3 repetitions; each run has 20 per-host metrics for each of 1,000 hosts (60,000 rows), one
 host 30 % below the others on one metric. The link campaign: 64 hosts, every ordered pair, 3 repetitions (12,096).
 The GPU campaign: 125 hosts of 8 GPUs, 10 per-GPU metrics (30,000 rows), one GPU at a third of the others on one.
+
+Each URL is requested once to warm up, then RACKBENCH_BENCH_REPEAT (default 10) rounds of every URL in turn.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import statistics
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,30 +42,58 @@ SCRATCH_DATABASE = "rackbench_bench_fleet"
 REPEAT = int(os.environ.get("RACKBENCH_BENCH_REPEAT", "10"))
 
 
-def page(client: Client, url: str, repeat: int = REPEAT) -> tuple[float, float, float, int, int, str]:
-    """Median wall time, and median and least CPU time of this (Django) process (after one warm-up), size, queries
-    and garbage collections (generations 0, 1, 2) per request. On a loaded machine the CPU time is the steadier
-    number, its least the steadiest; the database's own time is in the wall time only."""
-    times, cpu = [], []
-    collections = Counter()
+@dataclass
+class Timing:
+    """One URL's requests: wall and CPU time of this (Django) process, size, queries, garbage collections."""
+
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    database: list[float] = field(default_factory=list)  # the queries' time, as the client waited for them
+    size: int = 0
+    queries: int = 0
+    collections: Counter[int] = field(default_factory=Counter)
+
+    def line(self, label: str, requests: int) -> str:
+        p95 = statistics.quantiles(self.wall, n=20, method="inclusive")[-1] if len(self.wall) > 1 else self.wall[0]
+        collected = " ".join(f"{self.collections[g] / requests:.1f}" for g in range(3))
+        return (f"{label:<38} {statistics.median(self.wall) * 1000:5.0f} ms wall (p95 {p95 * 1000:5.0f}) "
+                f"{statistics.median(self.cpu) * 1000:5.0f} ms cpu (least {min(self.cpu) * 1000:4.0f}) "
+                f"{statistics.median(self.database) * 1000:4.0f} ms in queries "
+                f"{self.size / 1024:5.0f} KiB {self.queries} queries, gc {collected}")  # fmt: skip
+
+
+def pages(client: Client, urls: dict[str, str], repeat: int = REPEAT) -> dict[str, Timing]:
+    """Each URL requested once to warm up, then ``repeat`` rounds of every URL in turn, so that a burst of load on
+    the shared machine falls on all of them alike: median and 95th percentile wall time, median and least CPU time,
+    the time spent in queries (PostgreSQL's, and fetching their rows), size, queries and garbage collections
+    (generations 0, 1, 2) per request. On a loaded machine the CPU time is the steadier number, its least the
+    steadiest."""
+    timings = {label: Timing() for label in urls}
+    current: list[Counter[int]] = []
 
     def count(phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            collections[info["generation"]] += 1
+        if phase == "start" and current:
+            current[0][info["generation"]] += 1
 
     gc.callbacks.append(count)
-    with CaptureQueriesContext(connection) as queries:
-        for i in range(repeat + 1):
-            started, started_cpu = time.perf_counter(), time.process_time()
-            response = client.get(url)
-            assert response.status_code == 200, (url, response.status_code)
-            if i:
-                times.append(time.perf_counter() - started)
-                cpu.append(time.process_time() - started_cpu)
-    gc.callbacks.remove(count)
-    per_request = " ".join(f"{collections[g] / (repeat + 1):.1f}" for g in range(3))
-    size, queried = len(response.content), len(queries) // (repeat + 1)
-    return statistics.median(times), statistics.median(cpu), min(cpu), size, queried, per_request
+    try:
+        for round_ in range(repeat + 1):
+            for label, url in urls.items():
+                timing = timings[label]
+                current[:] = [timing.collections]
+                with CaptureQueriesContext(connection) as queries:
+                    started, started_cpu = time.perf_counter(), time.process_time()
+                    response = client.get(url)
+                    took, took_cpu = time.perf_counter() - started, time.process_time() - started_cpu
+                assert response.status_code == 200, (url, response.status_code)
+                timing.size, timing.queries = len(response.content), len(queries)
+                if round_:  # the first round warms up
+                    timing.wall.append(took)
+                    timing.cpu.append(took_cpu)
+                    timing.database.append(sum(float(q["time"]) for q in queries.captured_queries))
+    finally:
+        gc.callbacks.remove(count)
+    return timings
 
 
 def campaign(team: Any, name: str, kind: str) -> Campaign:
@@ -73,8 +104,12 @@ def campaign(team: Any, name: str, kind: str) -> Campaign:
     return made
 
 
+def load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + f" on {os.cpu_count()} CPUs"
+
+
 def run_bench() -> None:
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(load())
 
     team, user = bench_member()
     client = Client()
@@ -111,24 +146,22 @@ def run_bench() -> None:
         )
         cursor.execute("ANALYZE campaigns_result")
 
-    for label, url in (
-        ("fleet page, 1,000 nodes x 20 metrics", f"/analysis/campaigns/{wide.pk}/fleet/"),
-        ("fleet CSV (every cell)", f"/analysis/campaigns/{wide.pk}/fleet/?format=csv&table=cells"),
-        ("fleet API", f"/api/v1/campaigns/{wide.pk}/fleet/"),
-        ("fleet page, 125 nodes x 8 GPUs x 10", f"/analysis/campaigns/{gpus.pk}/fleet/"),
-        ("fleet API, 125 nodes x 8 GPUs x 10", f"/api/v1/campaigns/{gpus.pk}/fleet/"),
-        ("link matrix page, 64 nodes", f"/analysis/campaigns/{links.pk}/links/"),
-        ("link matrix API", f"/api/v1/campaigns/{links.pk}/links/"),
-    ):
-        took, cpu, least, size, queries, collected = page(client, url)
-        print(
-            f"{label:<38} {took * 1000:5.0f} ms wall {cpu * 1000:5.0f} ms cpu (least {least * 1000:4.0f}) "
-            f"{size / 1024:5.0f} KiB {queries} queries, gc {collected}"
-        )
+    urls = {
+        "fleet page, 1,000 nodes x 20 metrics": f"/analysis/campaigns/{wide.pk}/fleet/",
+        "fleet CSV (every cell)": f"/analysis/campaigns/{wide.pk}/fleet/?format=csv&table=cells",
+        "fleet API": f"/api/v1/campaigns/{wide.pk}/fleet/",
+        "fleet page, 125 nodes x 8 GPUs x 10": f"/analysis/campaigns/{gpus.pk}/fleet/",
+        "fleet API, 125 nodes x 8 GPUs x 10": f"/api/v1/campaigns/{gpus.pk}/fleet/",
+        "link matrix page, 64 nodes": f"/analysis/campaigns/{links.pk}/links/",
+        "link matrix API": f"/api/v1/campaigns/{links.pk}/links/",
+    }
+    for label, timing in pages(client, urls).items():
+        print(timing.line(label, REPEAT + 1))
     named = client.get(f"/api/v1/campaigns/{wide.pk}/fleet/").json()["outliers"]
     linked = client.get(f"/api/v1/campaigns/{links.pk}/links/").json()["outliers"]
     suspects = client.get(f"/api/v1/campaigns/{gpus.pk}/fleet/").json()["device_outliers"]
     print(f"outliers named: fleet {named}, links {linked}, GPUs {suspects}")
+    print(load())
 
 
 def main() -> None:

@@ -7,14 +7,20 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+import statistics
+import struct
 from itertools import count
 from typing import Any
 
+import numpy as np
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from analysis import fleet, reports
+from analysis import fleet, reports, selectors
 from campaigns.models import Campaign, CampaignStatus, Result, Run, RunStatus
 from common.errors import ParamError
 from plugins.benchmarks.base import Metric, get_benchmark
@@ -71,6 +77,44 @@ def test_a_context_metric_is_scored_but_never_makes_a_node_an_outlier() -> None:
     assert [o.node for o in view.outliers] == ["n4"]
     assert [c.name for c, _ in view.outliers[0].evidence] == ["lost_percent"]
     assert get_benchmark("iperf3").spec("cpu_local_percent").judged is False  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("repetitions", [1, 2, 3, 4])
+def test_repetitions_as_an_array_are_judged_to_the_bit_as_the_same_samples_as_lists(repetitions: int) -> None:
+    """The selector's common case (every node in every repetition) is judged with numpy: each cell, score, outlier
+    and sample as statistics.median and plain floats give them."""
+    rng = np.random.default_rng(repetitions)
+    hosts = [f"n{i}" for i in range(1, 202)]
+    columns = [fleet.Column(0, f"m{m}", "", "", "B/s", m != 2) for m in range(4)]
+    arrays = {c: rng.normal(1e9, 3e7, size=(repetitions, len(hosts))) for c in columns}
+    for values in arrays.values():
+        values[:, 17] *= 0.5  # n18, an outlier wherever it is judged
+    as_lists = fleet.fleet_view([(c, h, a[:, i].tolist()) for c, a in arrays.items() for i, h in enumerate(hosts)])
+    as_arrays = fleet.fleet_view_by_column({c: fleet.Repetitions(hosts, a) for c, a in arrays.items()})
+
+    assert as_arrays.cells == as_lists.cells and as_arrays.nodes == as_lists.nodes
+    assert [(o.node, o.evidence) for o in as_arrays.outliers] == [(o.node, o.evidence) for o in as_lists.outliers]
+    assert [o.node for o in as_arrays.outliers] == ["n18"] and len(as_arrays.outliers[0].evidence) == 3
+    first = arrays[columns[0]]
+    median = statistics.median(statistics.median(first[:, i].tolist()) for i in range(len(hosts)))
+    assert as_arrays.cell("n1", 0).score.median == median  # type: ignore[union-attr]
+    assert all(type(cell.score.value) is float and type(cell.samples[0]) is float for cell in as_arrays.row("n5"))
+
+
+@pytest.mark.django_db
+def test_postgresqls_binary_float8_array_reads_as_the_same_floats() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("array_send is PostgreSQL's")
+    values = [0.1, -0.0, 5e-324, 1.7976931348623157e308, math.pi, -2.5e-7, 1e15 + 0.5, 940123456.789]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT array_send(%s::float8[]), array_send('{}'::float8[]), array_send('{1}'::int4[])",
+                       [values])  # fmt: skip
+        floats, empty, integers = cursor.fetchone()
+    read = selectors.float8_array(floats).tolist()
+    assert [struct.pack(">d", v) for v in read] == [struct.pack(">d", v) for v in values]  # -0.0 and all, exact
+    assert selectors.float8_array(empty).tolist() == []
+    with pytest.raises(ValueError, match="float8"):
+        selectors.float8_array(integers)
 
 
 # --- the link matrix ----------------------------------------------------------------------------------------------
@@ -242,6 +286,17 @@ def test_the_query_count_does_not_grow_with_the_fleet(
             assert api.get(f"/api/v1/campaigns/{campaign.pk}/fleet/").status_code == 200
         with django_assert_max_num_queries(12):
             assert api.get(f"/api/v1/campaigns/{campaign.pk}/links/").status_code == 200
+
+
+@pytest.mark.django_db
+def test_the_link_page_reads_its_runs_and_results_once(owner: Any, team: Any) -> None:
+    campaign = stored_campaign(team, "once", bad="lab2")
+    with CaptureQueriesContext(connection) as queries:
+        page = logged_in(owner).get(f"/analysis/campaigns/{campaign.pk}/links/", {"point": "0"})
+    assert page.status_code == 200 and "lab2" in page.content.decode()
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert sorted(s for s in statements if statements.count(s) > 1) == []  # no question asked twice
+    assert len([s for s in statements if "campaigns_result" in s]) == 2  # which points have pairs, then their rows
 
 
 # --- a node's history ---------------------------------------------------------------------------------------------

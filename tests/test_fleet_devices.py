@@ -88,6 +88,8 @@ def test_a_results_device_is_read_from_its_labels_and_virtual_nics_are_none_of_t
     assert hca == fleet.DeviceKey("nic", "mlx5_0:1", {})
     assert fleet.device_key("throughput_bps", {"peer": "lab2"}) is None
     assert fleet.device_key("disk.read_bytes.mean", {"device": "sda"}) is None  # a disk, not an HCA
+    perftest = fleet.device_key("bw_avg_bps", {"hca": "mlx5_0", "port": 1, "peer": "lab2", "size": 65536})
+    assert perftest == fleet.DeviceKey("nic", "mlx5_0:1", {"peer": "lab2", "size": 65536})  # the same port's name
     for name in ("lo", "veth1a2b", "docker0", "br-5f3a", "virbr0", "cali12", "flannel.1", "vxlan.calico"):
         assert fleet.DeviceKey("nic", name, {}).virtual, name
     for name in ("eth0", "ens1f0np0", "ib0", "bond0", "enp65s0f1"):
@@ -226,3 +228,55 @@ def test_a_slow_nic_is_named_against_nics_of_its_speed_and_loopback_is_left_out(
     assert "of the fleet&#x27;s 100 Gbit/s NICs&#x27; median 88.9 Gbit/s" in page and "26.7 Gbit/s<br>" in page
     answer = api_for(owner).get(f"/api/v1/campaigns/{campaign.pk}/fleet/").json()
     assert answer["suspects"] == ["lab2"] and answer["device_outliers"] == ["lab2/eth0"]
+
+
+# --- HCA ports, from perftest's own output -----------------------------------------------------------------------
+
+PERFTEST = Path(__file__).parent / "fixtures" / "perftest" / "doca-write-bw-gbits.txt"
+
+
+def perftest_client(peer: str, share: float = 1.0) -> str:
+    """A ring step's client output through rackbench's helper: DOCA's real ib_write_bw run on mlx5_0 (392 Gb/s at
+    64 KiB), its peak, average and message rate at ``share`` of it."""
+    text = PERFTEST.read_text()
+    row = next(line for line in text.splitlines() if line.startswith(" 65536 "))
+    size, iterations, *numbers = row.split()
+    scaled = f" {size}      {iterations}             " + "   ".join(f"{float(n) * share:.6f}" for n in numbers)
+    header = {"role": "client", "peer": peer, "step": 0, "round": 0, "ib_port": 1, "exit_code": 0, "stderr": ""}
+    return "#rackbench-perftest " + json.dumps(header) + "\n" + text.replace(row, scaled)
+
+
+def hca_campaign(team: Any) -> Campaign:
+    """perftest ib_write_bw in a ring of six nodes, lab3's HCA at 30 % of the others'; beside it telemetry's
+    transmit rate of the same HCA port (rdma.tx_bytes {device, port})."""
+    campaign = Campaign.objects.create(name="hca-fleet", kind="perftest", team=team, status=CampaignStatus.SUCCEEDED,
+                                       matrix=[["topology", ["ring"]]])  # fmt: skip
+    run = Run.objects.create(campaign=campaign, sequence=next(_sequence), point=0, params={"topology": "ring"},
+                             repetition=1, status=RunStatus.SUCCEEDED)  # fmt: skip
+    bench = get_benchmark("perftest")
+    for i in range(1, 7):
+        host, share = f"lab{i}", 0.3 if i == 3 else 1.0
+        store(run, bench.parse(perftest_client(f"lab{i % 6 + 1}", share), host=host))
+        store(run, [Metric("rdma.tx_bytes.mean", 49e9 * share, "B/s", host, {"device": "mlx5_0", "port": 1})])
+    return campaign
+
+
+@pytest.mark.django_db
+def test_a_slow_hca_port_in_perftest_is_named_as_a_nic_beside_its_counters(owner: Any, team: Any) -> None:
+    campaign = hca_campaign(team)
+    data = selectors.campaign_fleet_data(campaign=campaign)
+    (nics,) = fleet.device_views(data.devices, groups=data.groups)
+
+    assert [d.title for d in nics.devices] == [f"lab{i}/mlx5_0:1" for i in range(1, 7)]  # one row per HCA port
+    perftest = {(name, "size=65536") for name in ("bw_avg_bps", "bw_peak_bps", "msg_rate")}
+    assert {(c.name, c.labels) for c in nics.columns} == perftest | {("rdma.tx_bytes.mean", "")}
+    assert [o.device.title for o in nics.outliers] == ["lab3/mlx5_0:1"]
+    assert fleet.fleet_view(data.nodes).nodes == []  # every result here is an HCA port's
+
+    page = logged_in(owner).get(f"/analysis/campaigns/{campaign.pk}/fleet/").content.decode()
+    assert "NIC x metric" in page and "<th>lab3/mlx5_0:1</th>" in page and "<strong>lab3/mlx5_0:1</strong>" in page
+    assert "118 Gbit/s<br>" in page  # lab3's average, 30 % of 392 Gbit/s
+    answer = api_for(owner).get(f"/api/v1/campaigns/{campaign.pk}/fleet/").json()
+    assert answer["suspects"] == ["lab3"] and answer["device_outliers"] == ["lab3/mlx5_0:1"]
+    lab3 = next(n for n in answer["nodes"] if n["node"] == "lab3")
+    assert {e["metric"] for e in lab3["devices"][0]["evidence"]} >= {"bw_avg_bps", "rdma.tx_bytes.mean"}

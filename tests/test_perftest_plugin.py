@@ -105,8 +105,9 @@ def test_it_builds_the_options_users_of_the_fleet_tools_give(perftest):
     shared = ["ib_write_bw", "-d", "mlx5_0", "-i", "1", "-n", "5000", "-q", "4", "-x", "3", "-T", "41", "-m", "4096",
               "-c", "RC", "-s", "65536", "--tclass=106", "--use_cuda=0", "--report_gbits", "-F", "-R", "-b",
               "--use_cuda_dmabuf", "-p", "10000"]  # fmt: skip
-    assert server == [{"step": 0, "role": "server", "peer": "n0", "argv": shared}]
-    assert client == [{"step": 0, "role": "client", "peer": "n1", "argv": [*shared, "10.0.0.2"]}]
+    hca = {"hca": "mlx5_0", "ib_port": 1}  # echoed in each step's header: the HCA port the results are labelled with
+    assert server == [{"step": 0, "role": "server", "peer": "n0", "argv": shared, **hca}]
+    assert client == [{"step": 0, "role": "client", "peer": "n1", "argv": [*shared, "10.0.0.2"], **hca}]
 
 
 def test_it_passes_all_sizes_and_duration_as_perftest_spells_them(perftest):
@@ -232,6 +233,31 @@ def test_it_refuses_a_table_without_rows(perftest):
     head = fixture_text("doca-write-bw-gbits.txt").split("Conflicting")[0]
     with pytest.raises(ParseError, match="empty"):
         perftest.parse(head + "-" * 87 + "\n", host="h1")
+
+
+def test_each_result_names_the_hca_port_its_client_ran_on(perftest):
+    """The device perftest's banner names (mlx5_0 in DOCA's, ib0 in issue 273's), the port the plan gave the step;
+    a version that printed no banner takes the plan's device; a placeholder of the docs names none."""
+    ran = perftest.parse(client_output(fixture_text("doca-write-bw-gbits.txt"), hca="mlx5_1", ib_port=2), host="n0")
+    assert {(m.labels["hca"], m.labels["port"]) for m in ran} == {("mlx5_0", 2)}  # the banner over the plan
+    assert {m.labels["hca"] for m in perftest.parse(fixture_text("issue273-write-bw-post-list-gbits.txt"))} == {"ib0"}
+    old = perftest.parse(client_output(fixture_text("issue65-send-bw-mb.txt"), hca="mlx4_0", ib_port=1), host="n0")
+    assert {(m.labels["hca"], m.labels["port"]) for m in old} == {("mlx4_0", 1)}
+    assert not [m for m in perftest.parse(fixture_text("rocm-write-bw-bidir-all-gbits.txt")) if "hca" in m.labels]
+    assert perftest.aggregate(ran)[0].labels == {"size": 65536}  # the run's total is no HCA's
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({}, {"ib_port": 1}),  # perftest's default port, on the HCA it opens first (its banner names it)
+        ({"device": "mlx5_2", "ib_port": 2}, {"hca": "mlx5_2", "ib_port": 2}),
+        ({"rdma_cm": True}, {}),  # rdma_cm picks the port the server's address is reached through
+    ],
+)
+def test_the_plan_names_the_hca_port_of_each_step(perftest, params, expected):
+    for step in plan(perftest.build(params, context(0, hosts(2))))["steps"]:
+        assert {k: step[k] for k in ("hca", "ib_port") if k in step} == expected
 
 
 def test_it_reads_only_client_sections_of_the_helper_output_and_labels_peer_and_round(perftest):

@@ -27,7 +27,10 @@ partner may still be in its previous test, which ``timeout`` bounds). Campaign
 values reach the nodes only as argv elements inside that plan.
 
 Metrics, per client host, peer (the server) and message size (labels ``{"peer": name, "size": bytes}``, and
-``round`` for all_pairs): bandwidth tests give ``bw_peak_bps`` and ``bw_avg_bps`` (bit/s: perftest prints MB/sec and
+``round`` for all_pairs), and the client's HCA where it is known (``hca``, the device perftest names in its banner,
+else the ``device`` the campaign gave; ``port``, the campaign's ``ib_port``, else perftest's default 1 unless rdma_cm
+picks it), so the fleet view judges each HCA port as a NIC (``node/mlx5_0:1``, the name telemetry's rdma series
+give it): bandwidth tests give ``bw_peak_bps`` and ``bw_avg_bps`` (bit/s: perftest prints MB/sec and
 MiB/sec, both 2^20 bytes, or Gb/sec, 10^9 bits, with ``--report_gbits``) and ``msg_rate`` (messages/s; printed in
 Mpps); a peak perftest printed as 0.00 next to a non-zero average was not measured (duration mode, the receiving side
 of send tests) and is left out; with ``bidirectional`` perftest prints both directions together, and so they are
@@ -77,6 +80,7 @@ PLAN = "steps.json"
 HEADER = perftest_helper.HEADER
 HELPER_SCRIPT = Path(perftest_helper.__file__).read_text()  # shipped to the hosts as HELPER
 DEFAULT_PORT = 18515  # perftest's own
+DEFAULT_IB_PORT = 1  # perftest's -i default (with rdma_cm the port is the one rdma_cm resolves the address to)
 
 METRICS = (
     MetricSpec("bw_peak_bps", "bit/s", True, "peak bandwidth of one client, per message size (perftest's BW peak)"),
@@ -283,6 +287,35 @@ def _sections(text: str) -> list[tuple[dict[str, Any], str]]:
     return header_sections(text, HEADER) or [({"role": "client"}, text)]
 
 
+def _hca(p: _Params) -> dict[str, Any]:
+    """What the plan can say of a step's HCA: the device the campaign names (perftest's banner names it in any case)
+    and the port, the campaign's or perftest's default; with rdma_cm and no ib_port, rdma_cm picks it."""
+    found: dict[str, Any] = {}
+    if p["device"] is not None:
+        found["hca"] = p["device"]
+    if p["ib_port"] is not None:
+        found["ib_port"] = p["ib_port"]
+    elif not p["rdma_cm"]:
+        found["ib_port"] = DEFAULT_IB_PORT
+    return found
+
+
+# " Dual-port       : OFF		Device         : mlx5_0": the HCA perftest opened (every version the fixtures hold)
+_BANNER_DEVICE = re.compile(r"^\s*Dual-port\s*:\s*\S+\s+Device\s*:\s*(\S+)\s*$", re.MULTILINE)
+_HCA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+
+
+def device_labels(header: dict[str, Any], body: str) -> dict[str, Any]:
+    """The labels naming a client step's HCA port (``hca``, ``port``): the device perftest's banner names, else the
+    plan's; none when neither is a device name (a documentation placeholder such as ``<RDMA-NIC-2>``)."""
+    found = _BANNER_DEVICE.search(body)
+    name = found.group(1) if found else str(header.get("hca", ""))
+    if not _HCA_NAME.fullmatch(name):
+        return {}
+    port = header.get("ib_port")
+    return {"hca": name, "port": port} if isinstance(port, int) and not isinstance(port, bool) else {"hca": name}
+
+
 def _metric(name: str, value: float, host: str, labels: dict[str, Any]) -> Metric:
     return Metric(name=name, value=value, unit=_UNITS[name], host=host, labels=dict(labels))
 
@@ -308,12 +341,13 @@ class Perftest(Benchmark):
         if top > 65_535:
             raise ParamError("port", f"{p['port']} + {len(plan) - 1} steps reaches {top}, past 65535")
         me, shared, found = host.index, options(p), []
+        hca = _hca(p)
         for number, pairs in enumerate(plan):
             for client, server in pairs:
                 if me not in (client, server):
                     continue
                 port = ["-p", str(p["port"] + number)]
-                step: dict[str, Any] = {"step": number}
+                step: dict[str, Any] = {"step": number, **hca}
                 if p["topology"] in IN_ROUNDS:
                     step["round"] = number // 2
                 if me == server:
@@ -348,6 +382,7 @@ class Perftest(Benchmark):
             labels: dict[str, Any] = {"peer": peer} if peer else {}
             if isinstance(header.get("round"), int):
                 labels["round"] = header["round"]
+            labels.update(device_labels(header, body))
             for row in rows:
                 metrics += [_metric(n, v, host, {**labels, "size": row.size}) for n, v in row.values.items()]
         return metrics

@@ -7,7 +7,8 @@ client (the same program with the server's address). Both hosts of a pair reach 
 steps keep in step without a clock: a client whose server is not listening yet fails to connect and is started again
 (for up to ``wait + timeout`` seconds: its partner may still be in its previous test); a step still running past its
 limit is killed (its partner failed). Before each step's output it prints ``#rackbench-perftest {...}`` (role, peer,
-step, exit code, the end of its stderr), which is how the plug-in's parser tells the sections apart.
+step, the HCA and port the plan names, exit code, the end of its stderr), which is how the plug-in's parser tells the
+sections apart.
 
 It runs on the hosts with their own python3 (3.6 and later): standard library only; every command is an argv list
 from the plan, nothing goes through a shell.
@@ -86,7 +87,7 @@ def main(argv):
     for step in plan["steps"]:
         code, out, err = run_step(step, plan["wait"], plan["timeout"])
         status = status or (code if 0 < code < 256 else 1 if code else 0)
-        header = {key: step[key] for key in ("role", "peer", "step", "round") if key in step}
+        header = {key: step[key] for key in ("role", "peer", "step", "round", "hca", "ib_port") if key in step}
         header.update(exit_code=code, stderr=err[-STDERR_KEPT:])
         sys.stdout.write(HEADER + json.dumps(header, sort_keys=True) + "\n")
         sys.stdout.write(out if out.endswith("\n") or not out else out + "\n")
