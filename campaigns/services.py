@@ -262,8 +262,7 @@ def _advance_here(campaign_id: int) -> None:
     try:
         campaign_advance(campaign_id=campaign_id)
     except Exception:  # noqa: BLE001 - the advance task takes it over, as it does every other advance
-        log.warning("campaign %s: not advanced at once after its run; its advance task takes over", campaign_id,
-                    exc_info=True)  # fmt: skip
+        log.warning("campaign %s: its advance task takes over", campaign_id, exc_info=True)
         campaign_advance_soon(campaign_id=campaign_id)
 
 

@@ -32,7 +32,7 @@ from plugins.launchers import slurm
 from runners import remote, samplers, ssh
 from runners import slurm as slurm_jobs
 from runners.hosts import TAIL, HostJob, RunTarget, last_lines, main_targets, run_targets, slurm_login
-from runners.prepare import snapshot_record
+from runners.prepare import earlier_wave, snapshot_record
 
 SERVICE_READY_TIMEOUT = 30.0
 
@@ -68,7 +68,6 @@ class LateStart(ssh.TransientSSHError):
 
 
 FALLBACK_PER_HOST_S = 0.01  # seconds per host a submit wave is reckoned to take where none was measured
-EARLIER_RUNS = 4  # runs of the campaign searched, newest first, for a submit wave to the same number of hosts
 
 
 def start_margin(*, hosts: int, measured_s: float | None, previous: dict[str, Any] | None) -> float:
@@ -87,23 +86,12 @@ def start_margin(*, hosts: int, measured_s: float | None, previous: dict[str, An
 
 
 def reckoned_from(run: Run, hosts: int) -> tuple[dict[str, Any], str, float | None]:
-    """The run's start record, and what its margin is reckoned from: the submit wave of the campaign's latest start
-    to as many hosts that reached every one in time (this run's earlier attempt included: a submit wave measures
-    what the margin must cover, the very command, on the same hosts), else the cache snapshot its preparation timed
-    on all its hosts at once (``probe_s``). One query."""
-    rows = (  # newest first (a follow-up run, added later, may come before runs of lower ids: rarely, and harmless)
-        Run.objects.filter(campaign_id=run.campaign_id, pk__lte=run.pk)
-        .order_by("-pk")
-        .values_list("pk", "provenance__start")[: EARLIER_RUNS + 1]
-    )
-    record: dict[str, Any] = {}
-    for pk, start in rows:
-        start = start or {}
-        if pk == run.pk:
-            record = start
-        for attempt in reversed(start.get("attempts") or []):
-            if attempt.get("hosts") == hosts and not attempt.get("late") and "wave_s" in attempt:
-                return record, f"the submit wave of run {pk}", attempt["wave_s"]
+    """The run's start record, and what its margin is reckoned from: the campaign's last submit wave to as many hosts
+    that reached them all in time (``earlier_wave``), else the cache snapshot its preparation timed on all its hosts
+    at once (``probe_s``), else nothing."""
+    record, earlier = earlier_wave(run, hosts)
+    if earlier is not None:
+        return record, *earlier
     probe = record.get("probe_s")
     return record, "the cache snapshot on every host" if probe is not None else "none measured", probe
 

@@ -123,13 +123,14 @@ def run_prepare(run: Run, *, watch: Stopwatch | None = None) -> list[HostJob]:
         provenance["container"] = start_containers(run, jobs)
     # A run whose preparation is only files, layout and flushes has each host's layout run in the round trip that
     # writes its files, and, where no flush follows, the cache counters read there too.
+    # The snapshot is taken apart (and timed: ``probe_s``) where the campaign has no submit wave for the start
+    # margin to be reckoned from.
     plain = not options and not run.campaign.telemetry and not (benchmark.uses_mpi and len(jobs) > 1)
     flushes = run.campaign.flush_clients or (run.campaign.flush_storage and run.campaign.storage is not None)
-    folded = _Folded(run, layout=plain, snapshot=plain and not flushes)
-    began = time.monotonic()
+    waved = plain and not flushes and earlier_wave(run, sum(1 for j in jobs if j.main))[1] is not None
+    folded = _Folded(run, layout=plain, snapshot=waved)
     with watch.lap("files"):
         written = remote.fan_out(jobs, folded.prepare_host)
-        wave = time.monotonic() - began
         _record_commands(
             [job for job, result in zip(jobs, written, strict=True) if not isinstance(result, BaseException)]
         )
@@ -160,11 +161,10 @@ def run_prepare(run: Run, *, watch: Stopwatch | None = None) -> list[HostJob]:
         began = time.monotonic()
         with watch.lap("snapshot"):
             start = remote.fan_out(jobs, lambda j: snapshot(j.target))  # the counters as the measured job starts
-            wave = time.monotonic() - began
         ssh.raise_first(start)
-    # A command on every host at once, timed (the snapshot, or the round trip it was taken in): what the start
-    # barrier's margin is reckoned from where the campaign has no earlier submit wave (lifecycle).
-    provenance["start"] = {**(provenance.get("start") or {}), "probe_s": round(wave, 4)}
+        # One command on every host at once, timed: what the start barrier's margin is reckoned from where the
+        # campaign has no submit wave to as many hosts yet (lifecycle).
+        provenance["start"] = {**(provenance.get("start") or {}), "probe_s": round(time.monotonic() - began, 4)}
     provenance["cache"] = {
         "expect": cache.expectation(
             flush_clients=run.campaign.flush_clients, warmup_runs=run.campaign.warmup_runs, is_warmup=run.is_warmup
@@ -426,6 +426,30 @@ def unmount_storage(campaign: Any, nodes: list[Any]) -> list[str]:
 
     results = remote.fan_out(list(enumerate(targets)), unmount)
     return [str(r) for r in results if isinstance(r, BaseException)]
+
+
+EARLIER_RUNS = 4  # runs of the campaign searched, newest first, for a submit wave to the same number of hosts
+
+
+def earlier_wave(run: Run, hosts: int) -> tuple[dict[str, Any], tuple[str, float] | None]:
+    """The run's start record (provenance["start"]), and the submit wave of the campaign's latest start to as many
+    hosts that reached every one in time (this run's earlier attempts included), as (what it was, seconds), or
+    None: what the start margin is reckoned from (a submit wave measures what the margin must cover, the very
+    command, on the same hosts). One query."""
+    rows = (  # newest first (a follow-up run, added later, may come before runs of lower ids: rarely, and harmless)
+        Run.objects.filter(campaign_id=run.campaign_id, pk__lte=run.pk)
+        .order_by("-pk")
+        .values_list("pk", "provenance__start")[: EARLIER_RUNS + 1]
+    )
+    record: dict[str, Any] = {}
+    for pk, start in rows:
+        start = start or {}
+        if pk == run.pk:
+            record = start
+        for attempt in reversed(start.get("attempts") or []):
+            if attempt.get("hosts") == hosts and not attempt.get("late") and "wave_s" in attempt:
+                return record, (f"the submit wave of run {pk}", attempt["wave_s"])
+    return record, None
 
 
 LAYOUTS_DIR = "layouts"  # under rackbench's directory on a host: what each layout left (remote.layout_once)

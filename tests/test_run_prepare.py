@@ -44,25 +44,40 @@ def prepare(runs: Any, scripts: list[tuple[str, str]] | None = None) -> list[tup
     return commands
 
 
+def started(run: Any, *, hosts: int, wave_s: float) -> None:
+    """Record in the run's provenance a start attempt that reached its ``hosts`` in time, as submit_mains does."""
+    provenance = Run.objects.get(pk=run.pk).provenance
+    provenance["start"] = {**provenance.get("start", {}), "attempts": [{"hosts": hosts, "wave_s": wave_s, "late": {}}]}
+    Run.objects.filter(pk=run.pk).update(provenance=provenance)
+
+
 def test_versions_are_read_once_per_campaign_and_node_and_recorded_in_every_run(lab: dict[str, Any]) -> None:
-    campaign = launched("versions-once", ["lab1", "lab2"], repetitions=3)
+    first, *later = launched("versions-once", ["lab1", "lab2"], repetitions=3).runs.order_by("sequence")
+    campaign = first.campaign
     scripts: list[tuple[str, str]] = []
 
-    commands = prepare(campaign.runs.order_by("sequence"), scripts)
+    commands = prepare([first], scripts)
+    started(first, hosts=2, wave_s=0.02)
+    commands += prepare(later, scripts)
 
     reads = sorted(host for host, command in commands if command.startswith("uname"))
     assert reads == ["lab1", "lab2"]
     recorded = [run.provenance["hosts"] for run in campaign.runs.order_by("sequence")]
     assert len(recorded) == 3 and all(hosts == recorded[0] for hosts in recorded)
     assert recorded[0]["lab1"]["tool_version"].startswith("fio-") and recorded[0]["lab1"]["kernel"]
-    # Preparing a host is one round trip per run (no flush follows here): its directories and files written, then
-    # the layout pass, then its cache counters read as the job will start.
+    # Preparing a host is one round trip per run once the campaign has a submit wave to reckon the start margin from
+    # (no flush follows here): its directories and files written, then the layout pass, then its cache counters
+    # read as the job will start. Before (the first run), the counters are read in a round trip of their own, timed.
     lab1 = [command for host, command in commands if host == "lab1" and not command.startswith("uname")]
-    assert lab1 == ["sh -s"] * 3
-    for script in [text for host, text in scripts if host == "lab1" and text]:
+    assert lab1 == ["sh -s", cache.SNAPSHOT_COMMAND, "sh -s", "sh -s"]
+    first_script, *later_scripts = [text for host, text in scripts if host == "lab1" and text]
+    assert first_script.index("printf") < first_script.index("--create_only=1")
+    assert cache.SNAPSHOT_COMMAND not in first_script
+    for script in later_scripts:
         written, layout, counters = (script.index(x) for x in ("printf", "--create_only=1", cache.SNAPSHOT_COMMAND))
         assert written < layout < counters
     assert all(run.provenance["cache"]["start"]["lab1"]["cached"] > 0 for run in campaign.runs.all())
+    assert "probe_s" in Run.objects.get(pk=first.pk).provenance["start"]
 
 
 def test_a_node_changed_under_its_name_has_its_versions_read_again(lab: dict[str, Any]) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -33,7 +36,6 @@ def test_it_runs_a_command_and_returns_its_output_and_exit_code(targets: list[re
 
 def test_it_runs_commands_on_descriptors_past_fd_setsize(targets: list[remote.Target]) -> None:
     """A worker holding ~1,000 connections gets descriptors above 1024, which select() refuses."""
-    import os
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -191,6 +193,48 @@ def _wait_finished(target: remote.Target, job_dir: str) -> remote.JobState:
             return state
         time.sleep(0.1)
     raise AssertionError("job did not finish")
+
+
+WATCH_S = 60.0  # a watch that only ran out takes this long: returning sooner is the end (or the job gone) seen
+
+
+def _watched(target: remote.Target, job_dir: str) -> tuple[remote.JobState, float]:
+    began = time.monotonic()
+    state = remote.job_state(target, job_dir, wait=WATCH_S)
+    return state, time.monotonic() - began
+
+
+def test_a_watched_job_s_end_is_seen_through_its_fifo_and_without_one(targets: list[remote.Target]) -> None:
+    for target, fifo in zip(targets[:2], [True, False], strict=True):
+        job_dir = f"{remote.remote_root(target)}/test/watch-{time.monotonic_ns()}"
+        script = remote.command_script(["sh", "-c", "sleep 1; exit 7"], {})
+        remote.job_prepare(target, job_dir, extra_dirs=[], files={"command.sh": script})
+        assert target.run(f"test -p {shlex.quote(job_dir)}/ended").ok
+        if not fifo:  # a job prepared by an earlier version: looked at every WATCH_TICK instead
+            target.check(f"rm {shlex.quote(job_dir)}/ended", what="removing the FIFO")
+        remote.job_submit(target, job_dir)
+
+        state, took = _watched(target, job_dir)
+
+        assert state.exit_code == 7 and took < WATCH_S, (fifo, took)
+
+
+def test_a_watched_job_killed_from_outside_is_seen_gone_before_the_watch_runs_out(
+    targets: list[remote.Target],
+) -> None:
+    target = targets[0]
+    job_dir = f"{remote.remote_root(target)}/test/watch-killed-{time.monotonic_ns()}"
+    script = remote.command_script(["sleep", "300"], {})
+    remote.job_prepare(target, job_dir, extra_dirs=[], files={"command.sh": script})
+    remote.job_submit(target, job_dir)
+    pid = _wait_pid(target, job_dir)
+    killer = threading.Timer(1.0, os.killpg, (pid, signal.SIGKILL))  # no exit code is ever written, no FIFO woken
+    killer.start()
+
+    state, took = _watched(target, job_dir)
+
+    killer.join()
+    assert state.vanished and took < WATCH_S
 
 
 def _wait_pid(target: remote.Target, job_dir: str) -> int:
