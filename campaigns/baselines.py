@@ -155,9 +155,10 @@ class Summary(NamedTuple):
 
 
 def summaries_in_sql() -> bool:
-    """Whether compare and the campaign statistics aggregate a point's repetitions in the database: PostgreSQL, with
-    its exact median (percentile_cont). SQLite, the embedded default, has no median of its own (the one registered
-    for it, SQLiteMedian, is a Python callback per row), so there they are computed in Python from the rows."""
+    """Whether compare and the campaign statistics take a point's statistics from the database (its stored summaries,
+    or chosen runs aggregated): PostgreSQL, with its exact median (percentile_cont) and the triggers that keep the
+    summaries. SQLite, the embedded default, has neither (the median registered for it, SQLiteMedian, is a Python
+    callback per row), so there they are computed in Python from the rows."""
     return connection.vendor == "postgresql"
 
 
