@@ -23,6 +23,7 @@ import redis
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
+from django.test.utils import override_settings
 
 from rackbench.celery import app as celery_app
 
@@ -97,6 +98,13 @@ def group_alive(pgid: int | None) -> bool:
         if fields[0] != "Z" and int(fields[2]) == pgid:
             return True
     return False
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cheap_password_hashing() -> Iterator[None]:
+    """Passwords hashed as in production but with few iterations (see tests/hashers.py)."""
+    with override_settings(PASSWORD_HASHERS=["tests.hashers.FewIterationsPBKDF2PasswordHasher"]):
+        yield
 
 
 @pytest.fixture(autouse=True)
