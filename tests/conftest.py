@@ -218,6 +218,37 @@ def netns_lab(netns_lab_dir: Path, transactional_db: None, settings: Any) -> Ite
     lab.lab_heal(lab_dir=netns_lab_dir)
 
 
+# --- the embedded default: SQLite -------------------------------------------------------------------------
+
+
+def without_configuration(data_dir: Path) -> dict[str, str]:
+    """This process's environment without any database, broker or rackbench setting but the data directory."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_URL", "CELERY_", "RACKBENCH_"))}
+    env["RACKBENCH_DATA_DIR"] = str(data_dir)
+    return env
+
+
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data directory whose SQLite database ``manage.py migrate`` made with no configuration at all, for the tests
+    of that default to copy (:func:`sqlite_data_dir`): migrating SQLite takes tens of seconds on a loaded machine."""
+    data_dir = tmp_path_factory.mktemp("sqlite-migrated")
+    migrate = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v0"],
+        cwd=ROOT, env=without_configuration(data_dir), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert migrate.returncode == 0, migrate.stderr
+    return data_dir
+
+
+def sqlite_data_dir(migrated: Path, data_dir: Path) -> Path:
+    """``data_dir`` made with a copy of the migrated database (and only that: its own keys and queue come with use)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for path in migrated.glob("rackbench.sqlite3*"):
+        shutil.copy(path, data_dir / path.name)
+    return data_dir
+
+
 # --- a real Celery worker -----------------------------------------------------------------------------
 
 
