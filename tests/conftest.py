@@ -23,6 +23,7 @@ import redis
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
+from django.test.utils import override_settings
 
 from rackbench.celery import app as celery_app
 
@@ -107,6 +108,13 @@ def django_db_setup(django_db_setup: None) -> Iterator[None]:
     from runners import database
 
     database.pool_close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cheap_password_hashing() -> Iterator[None]:
+    """Passwords hashed as in production but with few iterations (see tests/hashers.py)."""
+    with override_settings(PASSWORD_HASHERS=["tests.hashers.FewIterationsPBKDF2PasswordHasher"]):
+        yield
 
 
 @pytest.fixture(autouse=True)
@@ -245,6 +253,37 @@ def netns_lab(netns_lab_dir: Path, transactional_db: None, settings: Any) -> Ite
     nodes = {n.name: n for n in Node.objects.filter(tags__name="lab")}
     yield {"nodes": nodes, "storage": StorageSystem.objects.get(name="lab-local"), "dir": netns_lab_dir}
     lab.lab_heal(lab_dir=netns_lab_dir)
+
+
+# --- the embedded default: SQLite -------------------------------------------------------------------------
+
+
+def without_configuration(data_dir: Path) -> dict[str, str]:
+    """This process's environment without any database, broker or rackbench setting but the data directory."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_URL", "CELERY_", "RACKBENCH_"))}
+    env["RACKBENCH_DATA_DIR"] = str(data_dir)
+    return env
+
+
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data directory whose SQLite database ``manage.py migrate`` made with no configuration at all, for the tests
+    of that default to copy (:func:`sqlite_data_dir`): migrating SQLite takes tens of seconds on a loaded machine."""
+    data_dir = tmp_path_factory.mktemp("sqlite-migrated")
+    migrate = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v0"],
+        cwd=ROOT, env=without_configuration(data_dir), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert migrate.returncode == 0, migrate.stderr
+    return data_dir
+
+
+def sqlite_data_dir(migrated: Path, data_dir: Path) -> Path:
+    """``data_dir`` made with a copy of the migrated database (and only that: its own keys and queue come with use)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for path in migrated.glob("rackbench.sqlite3*"):
+        shutil.copy(path, data_dir / path.name)
+    return data_dir
 
 
 # --- a real Celery worker -----------------------------------------------------------------------------

@@ -485,16 +485,17 @@ def test_torch_dist_pairs_from_its_own_output_are_on_the_matrix(owner: Any, team
 
 @pytest.mark.lab
 @pytest.mark.worker
+@pytest.mark.timeout(600)  # past the campaign's wait, so that a run that does not end is reported
 def test_a_torch_dist_all_pairs_campaign_on_the_lab_fills_the_matrix_and_its_degraded_node_is_a_row(
     netns_lab: dict[str, Any], worker: Any
 ) -> None:
     from analysis import reports
-    from tests.conftest import NETNS_LAB_PORT, launch_and_wait
-    from tests.netns_helpers import lab_env, shape_every_link
+    from tests.conftest import NETNS_LAB_PORT
+    from tests.netns_helpers import lab_env, launch_and_succeed, shape_every_link
 
     shape_every_link(netns_lab["dir"], degraded="lab3")
     nodes = ["lab1", "lab2", "lab3", "lab4"]
-    campaign = launch_and_wait(
+    campaign = launch_and_succeed(
         {
             "name": "torch-dist-all-pairs-matrix",
             "kind": "torch_dist",
@@ -516,9 +517,6 @@ def test_a_torch_dist_all_pairs_campaign_on_the_lab_fills_the_matrix_and_its_deg
         },
         timeout=400,
     )
-    assert campaign.status == CampaignStatus.SUCCEEDED, [
-        (r.params, r.error, [h.stderr[-2000:] for h in r.hosts.all()]) for r in campaign.runs.all()
-    ]
 
     links = selectors.campaign_links(campaign=campaign)
     matrix = selectors.link_matrix(links, threshold=3.5)

@@ -4,12 +4,11 @@ median (the SQLite median aggregate) work there, and agree with each other."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, sqlite_data_dir, without_configuration
 
 SCRIPT = """
 import json
@@ -42,12 +41,10 @@ print(json.dumps({
 """
 
 
-def test_statistics_compare_and_the_median_of_the_analysis_pages_work_on_sqlite(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_URL", "CELERY_", "RACKBENCH_"))}
-    env["RACKBENCH_DATA_DIR"] = str(tmp_path)
-    migrate = subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, capture_output=True,
-                             text=True, timeout=300)  # fmt: skip
-    assert migrate.returncode == 0, migrate.stderr
+def test_statistics_compare_and_the_median_of_the_analysis_pages_work_on_sqlite(
+    tmp_path: Path, migrated_sqlite: Path
+) -> None:
+    env = without_configuration(sqlite_data_dir(migrated_sqlite, tmp_path))
     shell = subprocess.run([sys.executable, "manage.py", "shell", "-c", SCRIPT], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=120)  # fmt: skip
     assert shell.returncode == 0, shell.stderr
