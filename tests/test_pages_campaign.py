@@ -231,7 +231,11 @@ def test_the_page_shows_the_running_runs_output_as_the_worker_read_it(
     wait_for(lambda: Run.objects.get(pk=run.pk).status == RunStatus.RUNNING, what="the run to be running")
     client = signed_in(owner)
     marker = f"progress line {run.uid}"
-    with open(Path(run.hosts.get().remote_dir) / "stdout", "a") as out:  # the lab node's directory is local
+    stdout = Path(run.hosts.get().remote_dir) / "stdout"  # the lab node's directory is local
+    # Running means submitted: the job starts at its start instant, and its launcher's "> stdout" truncates the file
+    # then (a line appended before that was lost, or left a file the job could not write).
+    wait_for(stdout.exists, what="the job to start and open its stdout")
+    with open(stdout, "a") as out:
         out.write(f"{marker}\n")
 
     def shown() -> str | None:

@@ -76,6 +76,33 @@ def test_the_nccl_tests_parser_reads_its_collective_table(bench: Any) -> None:
     assert bench.missing(metrics, ["n0"]) == [] and bench.check({}, metrics, {}) == []
 
 
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather"])
+def test_a_time_past_a_second_stays_its_own_column_and_is_read_back(bench: Any, op: str) -> None:
+    """The program's own table writer, with times from 2 us to 1,131 s: every row is read back with its time (the
+    9-wide field once ran into the N/A before it: "N/A1131798.9")."""
+    from argparse import Namespace
+    from io import StringIO
+
+    from plugins.tools import torch_dist as program
+
+    args = Namespace(op=op, backend="gloo", min_bytes=8, max_bytes=8 << 20, factor=2, warmup=1, iters=2)
+    out = StringIO()
+    program.table_header(out, args, Namespace(__version__="2.5.1+cpu"), 2, [(0, "n0", 1, "cpu"), (1, "n1", 2, "cpu")])
+    times = [2e-6, 0.5, 1.1317989, 1131.7989]
+    busbw = []
+    for count, seconds in zip([2, 1024, 4096, 1 << 20], times, strict=True):
+        row, bw = program.table_row(args, count, seconds, 0, 1.0)
+        out.write(row)
+        busbw.append(bw)
+    program.table_footer(out, busbw)
+
+    assert "N/A1" not in out.getvalue()
+    rows = [m for m in bench.parse(out.getvalue()) if m.name == "time_us"]
+    assert [m.value for m in rows] == pytest.approx([t * 1e6 for t in times], rel=1e-3, abs=0.1)
+    placement = "in-place" if op == "all_reduce" else "out-of-place"
+    assert {m.labels["placement"] for m in rows} == {placement}
+
+
 def test_it_reads_the_ddp_loops_images_per_second(bench: Any) -> None:
     metrics = {m.name: m.value for m in bench.parse((FIXTURES / "ddp-gloo-2ranks.txt").read_text())}
     assert metrics == {"images_per_sec": 67.9, "images_per_sec_per_device": 33.9}

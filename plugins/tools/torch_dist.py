@@ -119,8 +119,10 @@ def table_header(out, args, torch, size, hosts):
 
 def table_row(args, count, seconds, wrong, factor):
     algbw = count * 4 / seconds / 1e9
-    measured = f"{seconds * 1e6:9.1f}{algbw:8.2f}{algbw * factor:8.2f}{wrong:7d}"
-    missing = f"{'N/A':>9}{'N/A':>8}{'N/A':>8}{'N/A':>7}"
+    # A space before every field, as nccl-tests prints them: a time past 1e6 us still stands apart from the column
+    # before it (a bare 9-wide field ran into it: "N/A1131798.9").
+    measured = f" {seconds * 1e6:8.1f} {algbw:7.2f} {algbw * factor:7.2f} {wrong:6d}"
+    missing = f" {'N/A':>8} {'N/A':>7} {'N/A':>7} {'N/A':>6}"
     placed = (missing + measured) if args.op == "all_reduce" else (measured + missing)
     redop = "sum" if args.op == "all_reduce" else "none"
     return f"{count * 4:13d}{count:14d}{'float':>10}{redop:>8}{-1:8d}{placed}\n", algbw * factor
