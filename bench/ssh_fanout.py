@@ -15,7 +15,9 @@ Starts its own lab (separate directory and port), pins host keys in memory, and 
 - then `true` on 1, 8, ... N pooled nodes (connections already open).
 
 ``--hostkeys database`` pins in rackbench's HostKey table (DATABASE_URL, migrated) through runners.database's pool,
-as a worker does; the default keeps them in memory.
+as a worker does; the default keeps them in memory. ``--hostkeys pinned`` keeps the keys pinned there after the first
+round, as a worker finds them when it opens new connections to known nodes: looked up in one query before the
+fan-out, as ``runners.remote.fan_out`` does (``pinned-unbatched``: one query per host, from the fan-out's threads).
 
 The peer is pdsh (``apt-get install pdsh``; ``-R ssh -f 64``, its ssh run with ``-o KexAlgorithms=...``), or with
 ``--peer ssh`` (or without pdsh) one ``ssh`` per node started by ``xargs -P 64``. ``--profile`` adds one first
@@ -52,6 +54,7 @@ django.setup()
 import paramiko  # noqa: E402
 
 from runners import lab, ssh  # noqa: E402
+from runners.remote import DatabaseHostKeys  # noqa: E402
 
 KEX_PARAMIKO = "curve25519-sha256@libssh.org"  # the same algorithm as OpenSSH's curve25519-sha256
 KEX_OPENSSH = "curve25519-sha256,curve25519-sha256@libssh.org"
@@ -125,9 +128,14 @@ def host_keys(
     from inventory.models import HostKey
     from runners import database, remote
 
+    lab_keys = HostKey.objects.filter(port=nodes[0].port, address__in=[n.address for n in nodes])
+    lab_keys.delete()  # another lab's, on the same addresses
+
     def forget() -> object:
         database.pool_close()  # its threads start with the fan-out, as in a worker whose pool sat idle
-        return HostKey.objects.filter(port=nodes[0].port, address__in=[n.address for n in nodes]).delete()
+        if kind != "database":  # pinned: the keys stay (pinned before the first round), only looked up
+            return None
+        return lab_keys.delete()
 
     return remote.DatabaseHostKeys, forget, database.refuse_connections
 
@@ -177,10 +185,12 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument(
         "--hostkeys",
-        choices=["memory", "database"],
+        choices=["memory", "database", "pinned", "pinned-unbatched"],
         default="memory",
         help="database: rackbench's own HostKey table (DATABASE_URL, migrated), each lookup and pin through "
-        "runners.database's pool as in a worker; every first contact forgets the lab's keys first",
+        "runners.database's pool as in a worker; every first contact forgets the lab's keys first. pinned: the "
+        "keys stay pinned there (a worker's new connections to known nodes), looked up in one query before the "
+        "fan-out as runners.remote.fan_out does; pinned-unbatched: looked up one query per host",
     )
     args = parser.parse_args()
     if args.peer == "pdsh" and not shutil.which("pdsh"):
@@ -198,12 +208,19 @@ def main() -> None:
         argv, env = peer_command(args.peer, [n.address for n in nodes], account.user, account.private_key, args.port)
 
         store, forget, on_thread_start = host_keys(args.hostkeys, nodes)
+        if args.hostkeys.startswith("pinned"):  # pinned once, untimed: the rounds look them up
+            pinning = ssh.Pool(store(), disabled_algorithms=one_kex())
+            ssh.fan_out(endpoints, lambda e: pinning.run(e, pkey, "true"), workers=64, on_thread_start=on_thread_start)
+            pinning.close_all()
 
         def rackbench_once() -> tuple[float, float, float]:
             forget()
             pool = ssh.Pool(store(), disabled_algorithms=one_kex())
 
             def run_all() -> None:
+                keys = pool.store
+                if args.hostkeys == "pinned" and isinstance(keys, DatabaseHostKeys):  # as runners.remote.fan_out
+                    keys.prefetch([(e.address, e.port) for e in endpoints])
                 results = ssh.fan_out(
                     endpoints, lambda e: pool.run(e, pkey, "true"), workers=64, on_thread_start=on_thread_start
                 )

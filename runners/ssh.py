@@ -191,6 +191,16 @@ class Pool:
             self._opened[endpoint] = time.monotonic()
             return client
 
+    def connected(self, endpoint: Endpoint) -> bool:
+        """Whether the next use of ``endpoint`` finds an open connection young enough to be reused (no handshake)."""
+        with self._lock:
+            client = self._clients.get(endpoint)
+            opened = self._opened.get(endpoint, 0.0)
+        transport = client.get_transport() if client else None
+        if not (transport and transport.is_active()):
+            return False
+        return not self.timeouts.max_age or time.monotonic() - opened < self.timeouts.max_age
+
     def _close_retired(self) -> None:
         now = time.monotonic()
         with self._lock:

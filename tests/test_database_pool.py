@@ -6,13 +6,14 @@ import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import psycopg
 import pytest
 from django.db import connection
 
 from inventory.models import HostKey, Node
-from runners import database, dispatch, remote
+from runners import database, dispatch, remote, ssh
 from tests.conftest import WIDE_LAB_NODES, wait_for
 
 pytestmark = pytest.mark.lab
@@ -103,3 +104,32 @@ def test_first_contact_and_facts_over_many_nodes_stay_within_the_pool(
     assert counted.samples > 10
     assert 1 <= counted.peak <= pool_size, f"{counted.peak} connections for a pool of {pool_size}"
     wait_for(lambda: named_connections.now() == 0, timeout=60, what="the idle pool to close its connections")
+
+
+def test_a_fan_out_looks_up_the_pinned_keys_of_its_new_connections_in_one_query(wide_lab: dict[str, Any]) -> None:
+    """Keys pinned already: a fan-out over nodes it has no connection to reads their keys in one query, not one per
+    host from its threads; one over open connections reads none; a key that no longer matches is still refused."""
+    nodes = list(wide_lab["nodes"].values())
+    remote.reset_pool()
+    targets = [remote.node_target(n) for n in nodes]
+    remote.fan_out(targets, lambda t: t.run("true"))  # every key pinned (first contact)
+    remote.reset_pool()
+    wrong = HostKey.objects.get(address=nodes[1].address, port=nodes[1].ssh_port)
+    other = HostKey.objects.get(address=nodes[2].address, port=nodes[2].ssh_port)
+    HostKey.objects.filter(pk=wrong.pk).update(key_type=other.key_type, key_base64=other.key_base64)
+    try:
+        with (
+            mock.patch.object(remote, "_pinned", wraps=remote._pinned) as one,
+            mock.patch.object(remote, "_pinned_many", wraps=remote._pinned_many) as many,
+        ):
+            first = remote.fan_out(targets, lambda t: t.run("true").exit_code)
+            assert (one.call_count, many.call_count) == (0, 1)
+            assert len(many.call_args.args[0]) == len(nodes)
+            again = remote.fan_out(targets, lambda t: t.run("true").exit_code)
+            assert many.call_count == 1  # the good connections are open: nothing to look up; the refused one alone
+    finally:
+        remote.reset_pool()
+
+    assert isinstance(first[1], ssh.HostKeyMismatch) and "host key changed" in str(first[1])
+    assert [r for i, r in enumerate(first) if i != 1] == [0] * (len(nodes) - 1)
+    assert isinstance(again[1], ssh.HostKeyMismatch) and one.call_count == 1
