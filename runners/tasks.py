@@ -181,11 +181,13 @@ def _start(task: Task, run: Run) -> None:
         jobs = execution.run_prepare(run)
         if not Run.objects.filter(pk=run_id, status=RunStatus.PREPARING).exists():
             return  # cancelled while it was being prepared: nothing is started
+        submitting = time.monotonic()
         start_at_ns = execution.run_submit(jobs)
+        reach_s = time.monotonic() - submitting
     except Exception as exc:
         _retry_or_fail(task, run_id, exc)
         return
-    _mark_running(run, start_at_ns=start_at_ns)
+    _mark_running(run, start_at_ns=start_at_ns, settle_s=reach_s)
 
 
 def _resume_submitted(run: Run) -> bool:
@@ -213,14 +215,19 @@ def _resume_submitted(run: Run) -> bool:
     return False
 
 
-def _mark_running(run: Run, *, start_at_ns: int = 0) -> None:
-    """Running; its first poll comes at the hosts' start instant (``start_at_ns``), at once when there is none: before
-    it, a watching poll's loops on every host would only compete for their CPUs with the launchers waking up."""
+def _mark_running(run: Run, *, start_at_ns: int = 0, settle_s: float = 0.0) -> None:
+    """Running; its first poll comes after the hosts' start instant (``start_at_ns``), at once when there is none:
+    before it, a watching poll's sessions on every host would only compete for their CPUs with the launchers waking
+    up. ``settle_s`` later still (what reaching every host took, at most RACKBENCH_POLL_INTERVAL): the poll may land
+    in a pool process with no connections to the hosts yet, whose key exchanges with a thousand hosts at the
+    instant held the lab's launchers back by seconds (they share its cores)."""
     token = uuid.uuid4().hex  # the poll chain's, set with the move to running
     if services.run_transition(
         run_id=run.pk, old=[RunStatus.PREPARING], new=RunStatus.RUNNING, poll_token=token, **HAND_ON
     ):
         until_start = max(0.0, (start_at_ns - time.time_ns()) / 1e9) if start_at_ns else 0.0
+        if start_at_ns:
+            until_start += min(settle_s, settings.RACKBENCH["POLL_INTERVAL"])
         _schedule_poll(run.pk, token, countdown=until_start)
         return
     status = Run.objects.filter(pk=run.pk).values_list("status", flat=True).first()
