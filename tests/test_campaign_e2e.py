@@ -141,7 +141,7 @@ def test_it_cancels_a_running_run_and_kills_fio(lab: dict[str, Any], worker: Any
 
     services.campaign_cancel(campaign=campaign)
 
-    wait_for(lambda: not any(group_alive(pid) for pid in pids), timeout=60, what="remote fio to be killed")
+    wait_for(lambda: not any(group_alive(pid) for pid in pids), timeout=120, what="remote fio to be killed")
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED and run.error == "cancelled by the user"
     assert finished(campaign).status == CampaignStatus.CANCELLED
@@ -153,11 +153,11 @@ def test_it_times_out_a_run_that_runs_too_long(lab: dict[str, Any], worker: Any)
     )
     campaign = services.campaign_launch(campaign=services.campaign_apply(data=data))
 
-    assert finished(campaign, timeout=60).status == CampaignStatus.FAILED
+    assert finished(campaign, timeout=180).status == CampaignStatus.FAILED
     run = campaign.runs.get()
     assert run.status == RunStatus.TIMED_OUT and "timeout of 2 s" in run.error
     pid = run.hosts.get().pid
-    wait_for(lambda: not group_alive(pid), timeout=60, what="the timed-out fio to be killed")
+    wait_for(lambda: not group_alive(pid), timeout=120, what="the timed-out fio to be killed")
 
 
 def test_it_never_runs_two_campaigns_on_one_node_at_once(lab: dict[str, Any], worker: Any) -> None:
@@ -222,6 +222,6 @@ def test_a_benchmark_killed_from_outside_fails_its_run_with_the_reason(lab: dict
 
     os.killpg(pid, signal.SIGKILL)  # as an OOM killer or a reboot would: no exit code is ever written
 
-    assert finished(campaign, timeout=60).status == CampaignStatus.FAILED
+    assert finished(campaign, timeout=180).status == CampaignStatus.FAILED
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED and "disappeared without an exit code on lab1" in run.error

@@ -394,7 +394,7 @@ def test_a_cancel_kills_fio_s_job_processes_when_fio_does_not_exit_on_term(lab: 
 
     try:
         services.campaign_cancel(campaign=campaign)
-        finished(campaign, timeout=60)
+        finished(campaign, timeout=180)
 
         assert [p for p in fio if process_alive(p)] == []
     finally:
@@ -468,11 +468,11 @@ def test_a_node_whose_kill_is_not_confirmed_stays_held_and_the_next_campaign_nev
             if status not in (RunStatus.PENDING, RunStatus.CANCELLED) and group_alive(pid):
                 overlap.append(status)
             time.sleep(0.1)
-    finished(second, timeout=60)
+    finished(second, timeout=180)
     assert not overlap, f"the next campaign's run was {overlap[0]} while the old fio still ran"
     assert second.status == CampaignStatus.SUCCEEDED, list(second.runs.values_list("error", flat=True))
     assert not group_alive(pid)
-    finished(first, timeout=60)
+    finished(first, timeout=180)
     assert "The kill was confirmed" in Run.objects.get(pk=run.pk).error
 
 
@@ -600,7 +600,7 @@ def test_a_benchmark_rackbench_killed_is_said_to_be_killed_by_rackbench(lab: dic
     remote.job_kill(remote.node_target(lab["nodes"]["lab4"]), host.remote_dir)  # as a kill of this run would
     remote.reset_pool()
 
-    finished(campaign, timeout=60)
+    finished(campaign, timeout=180)
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
     assert "killed by rackbench on lab4" in run.error and "outside rackbench" not in run.error

@@ -243,7 +243,7 @@ def test_the_page_shows_the_running_runs_output_as_the_worker_read_it(
             partial = html.unescape(client.get(url(campaign), headers=HX).content.decode())
         return partial if marker in partial else None
 
-    partial = wait_for(shown, timeout=30, what="the output line to reach the page")
+    partial = wait_for(shown, timeout=90, what="the output line to reach the page")
     assert "last lines of the output on lab1, read at" in partial
     assert Run.objects.get(pk=run.pk).live_log["host"] == "lab1"
     services.campaign_cancel(campaign=campaign)

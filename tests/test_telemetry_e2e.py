@@ -106,7 +106,7 @@ def test_a_cancelled_run_leaves_no_sampler_behind(lab: dict[str, Any], worker: A
 
     services.campaign_cancel(campaign=campaign)
 
-    wait_for(lambda: not group_alive(pid), timeout=30, what="the sampler to be killed")
+    wait_for(lambda: not group_alive(pid), timeout=90, what="the sampler to be killed")
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
     # what it sampled until it was stopped is kept, as for a run that timed out or failed
