@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -16,7 +17,7 @@ import pytest
 
 from inventory.models import HostKey
 from runners import remote, ssh
-from tests.conftest import group_alive
+from tests.conftest import group_alive, wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -67,6 +68,25 @@ def test_it_reuses_one_connection_with_tcp_nodelay(targets: list[remote.Target])
 
     assert remote.pool().client(target.endpoint, target.pkey) is client
     assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+
+
+def test_an_open_connection_s_thread_wakes_seldom_and_ends_as_soon_as_the_connection_is_closed(
+    targets: list[remote.Target], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transport thread reads with IDLE_CHECK_S as its timeout once connected; closing must not wait for it (a
+    descriptor closed under a waiting read would keep the thread, and the TCP connection, until the read times out)."""
+    monkeypatch.setattr(ssh, "IDLE_CHECK_S", 600.0)
+    target = targets[0]
+    target.run("true")
+    transport = remote.pool().client(target.endpoint, target.pkey).get_transport()
+    assert transport is not None and transport.sock.gettimeout() == 600.0
+    wchan = Path(f"/proc/self/task/{transport.native_id}/wchan")
+    wait_for(lambda: "poll" in wchan.read_text(), what="the transport thread waiting on its socket")
+
+    remote.pool().discard(target.endpoint)
+    transport.join(60)
+
+    assert not transport.is_alive()
 
 
 def test_it_pins_the_host_key_at_first_contact(targets: list[remote.Target], lab: dict[str, Any]) -> None:
