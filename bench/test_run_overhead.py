@@ -75,10 +75,13 @@ def measure(name: str, **env: str) -> dict[str, float]:
         "overhead beyond the job median": statistics.median(beyond),
         "overhead beyond the job p90": beyond[int(0.9 * (len(beyond) - 1))],
         "job end -> next job start median": statistics.median(gaps),
+        "load average (1 min) after": os.getloadavg()[0],
     }
     parts = [timeline(a, b, wa, wb) for a, b, wa, wb in zip(runs, runs[1:], windows, windows[1:], strict=False)]
     for key in parts[0]:
         figures[f"  {key}"] = statistics.median(p.get(key, 0.0) for p in parts)
+    figures["  start attempts (mean)"] = statistics.mean(p["  start attempts"] for p in parts)
+    figures["  folded (share)"] = statistics.mean(p["  folded (share)"] for p in parts)
     return figures
 
 
@@ -103,6 +106,9 @@ def timeline(run: Run, after: Run, window: tuple[float, float], next_window: tup
     parts |= {f"  collect {name}": seconds for name, seconds in timing["collect"].items()}
     parts["  submit wave"] = attempt["wave_s"]
     parts["  margin"] = attempt["margin_s"]
+    parts["  margin needed"] = attempt.get("needed_s", attempt["wave_s"])
+    parts["  folded (share)"] = float(bool(attempt.get("folded")))
+    parts["  start attempts"] = len(after.provenance["start"]["attempts"])
     return parts
 
 

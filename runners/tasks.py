@@ -178,13 +178,14 @@ def _start(task: Task, run: Run) -> None:
         if not fresh and _resume_submitted(run):
             _mark_running(run)
             return
-        jobs = execution.run_prepare(run)
-        if not Run.objects.filter(pk=run_id, status=RunStatus.PREPARING).exists():
-            return  # cancelled while it was being prepared: nothing is started
-        start_at_ns = execution.run_submit(jobs)
+        start_at_ns = execution.run_start(
+            run, fold=fresh, wanted=lambda: Run.objects.filter(pk=run_id, status=RunStatus.PREPARING).exists()
+        )
     except Exception as exc:
         _retry_or_fail(task, run_id, exc)
         return
+    if start_at_ns is None:
+        return  # cancelled while it was being prepared: nothing is started
     _mark_running(run, start_at_ns=start_at_ns)
 
 
