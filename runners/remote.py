@@ -492,6 +492,7 @@ def job_undo(target: Target, job_dir: str) -> None:
 
 
 FRAME = "--rackbench-file"  # begins each section's header line: base64 text never holds a "-"
+LINE_FILES = frozenset({"exit_code", "started", "io", "pid"})  # a few ASCII lines each, written by the launcher
 
 
 @dataclass(frozen=True)
@@ -519,11 +520,17 @@ def collect_script(job_dir: str, names: list[str], *, mark: str, limit: int | No
     content in base64, so that binary bytes, a missing last newline or a line that looks like a header cannot blur
     two sections, and an end line, so that output cut short is never taken for shorter files. The files are read in
     the order given: with ``exit_code`` first, the outputs are read after the launcher closed them. One process a
-    file, and none for the mark."""
+    file, and none for the mark; none either for the few lines of text the launcher writes itself (LINE_FILES, read
+    whole): the shell's own ``read`` gives them line by line, each behind a "=" that keeps it from looking like a
+    header (a last line without its newline comes back with one)."""
     lines = [f"{{ {before}\n}} 2>/dev/null" if before else ":", f"echo; echo {shlex.quote(mark)}"]
     lines.append(f"cd {shlex.quote(job_dir)} 2>/dev/null || {{ echo '{FRAME} end'; exit 0; }}")
     for i, name in enumerate(names):
         path = shlex.quote(name)
+        if name in LINE_FILES and limit is None:
+            each = f'while IFS= read -r l || [ -n "$l" ]; do printf \'=%s\\n\' "$l"; done < {path}'
+            lines.append(f"if [ -f {path} ]; then echo '{FRAME} {i} lines'; {each}; fi")
+            continue
         read = f"base64 {path}" if limit is None else f"tail -c {int(limit)} {path} | base64"
         lines.append(f"if [ -f {path} ]; then echo '{FRAME} {i}'; {read}; fi")
     lines.append(f"echo '{FRAME} end'")
@@ -537,7 +544,7 @@ def parse_collected(out: str, names: list[str], *, mark: str) -> Collected:
         raise ValueError("the output was cut short")
     sections: dict[str, list[str]] = {}
     current: list[str] | None = None
-    for line in out[split + len(mark) + 2 :].splitlines():
+    for line in out[split + len(mark) + 2 :].split("\n")[:-1]:  # lines end with \n alone (not \r, as splitlines)
         if line.startswith(f"{FRAME} "):
             current = sections.setdefault(line[len(FRAME) + 1 :], [])
         elif current is None:
@@ -546,7 +553,15 @@ def parse_collected(out: str, names: list[str], *, mark: str) -> Collected:
             current.append(line)
     if list(sections)[-1:] != ["end"]:
         raise ValueError("the output was cut short")
-    found = {key: base64.b64decode("".join(lines), validate=True) for key, lines in sections.items() if key != "end"}
+    found: dict[str, bytes] = {}
+    for key, content in sections.items():
+        index, _, kind = key.partition(" ")
+        if kind == "lines":
+            if any(not line.startswith("=") for line in content):
+                raise ValueError("a line of a text section without its mark")
+            found[index] = "".join(f"{line[1:]}\n" for line in content).encode()
+        elif key != "end":
+            found[key] = base64.b64decode("".join(content), validate=True)
     return Collected(out[:split], {name: found.get(str(i)) for i, name in enumerate(names)})
 
 
