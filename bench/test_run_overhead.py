@@ -59,6 +59,11 @@ def measure(name: str, **env: str) -> dict[str, float]:
         purge_broker(broker)
     runs = list(campaign.runs.order_by("sequence"))
     assert all(r.status == "succeeded" for r in runs), [r.error for r in runs]
+    for run in runs:  # the starts made again, and why
+        attempts = run.provenance["start"]["attempts"]
+        if len(attempts) > 1:
+            shown = [{k: a.get(k) for k in ("folded", "margin_s", "needed_s", "wave_s", "late")} for a in attempts]
+            print(f"\nrun {run.sequence}: {len(attempts)} start attempts: {shown}")
     spans = [(r.finished_at - r.started_at).total_seconds() for r in runs]
     paces = [(b.started_at - a.started_at).total_seconds() for a, b in zip(runs, runs[1:], strict=False)]
     over = sorted(p - JOB_S for p in paces)
