@@ -50,7 +50,7 @@ def run_start(run: Run, *, fold: bool, wanted: Callable[[], bool]) -> int | None
     preparing round trip (``prepare.Fold``). Should a host come late or fail, everything started is undone and the
     run is prepared and started again at once the usual way: prepared first, then submitted with a margin reckoned
     from the late attempt."""
-    folding = _fold(run) if fold else None
+    folding = _fold(run) if fold and settings.RACKBENCH["START_FOLD"] else None
     if folding is not None and not wanted():
         return None
     try:
