@@ -170,15 +170,15 @@ def test_a_run_records_how_together_its_hosts_started(lab: dict[str, Any], worke
     assert api["spread_s"] == start["spread_s"] and api["spread"].endswith("s") and api["attempts"] == 1
 
 
-def run_on_own_worker(name: str, campaign: dict[str, Any] | None = None, **env: str) -> Any:
-    """A one-run campaign (fio for 1 s on the four lab nodes, caches flushed; ``campaign``: other settings) on a
-    worker of its own whose start margin is forced to nothing: every submit of a first attempt comes after its start
-    instant."""
+def run_on_own_worker(name: str, overrides: dict[str, Any] | None = None, **env: str) -> Any:
+    """A one-run campaign (fio for 1 s on the four lab nodes, caches flushed; ``overrides``: other settings) on a
+    worker of its own whose start margin is forced to nothing unless ``env`` says otherwise: every submit of a first
+    attempt comes after its start instant."""
     broker = spare_broker(0, settings.CELERY_BROKER_URL)
     purge_broker(broker)
-    environment = worker_env(CELERY_BROKER_URL=broker, RACKBENCH_START_MARGIN="0", RACKBENCH_START_MARGIN_FACTOR="0",
-                             RACKBENCH_START_TOLERANCE="0", **env)  # fmt: skip
-    campaign = services.campaign_apply(data=fio_campaign(name, LAB, fixed=FIXED, **(campaign or {})))
+    margins = {"RACKBENCH_START_MARGIN": "0", "RACKBENCH_START_MARGIN_FACTOR": "0", "RACKBENCH_START_TOLERANCE": "0"}
+    environment = worker_env(CELERY_BROKER_URL=broker, **{**margins, **env})
+    campaign = services.campaign_apply(data=fio_campaign(name, LAB, fixed=FIXED, **(overrides or {})))
     worker = Worker(f"barrier-{name}", environment)
     try:
         subprocess.run(
@@ -310,11 +310,12 @@ def test_a_job_started_by_a_folded_round_trip_is_started_once(lab: dict[str, Any
 
 
 @pytest.mark.lab
-@pytest.mark.worker
-def test_later_runs_are_started_in_the_round_trip_that_prepares_them(lab: dict[str, Any], worker: Any) -> None:
-    data = fio_campaign("folded", LAB, fixed=FIXED, repetitions=3, cache={"flush_clients": False})
-    campaign = services.campaign_launch(campaign=services.campaign_apply(data=data))
-    finished(campaign, timeout=200)
+def test_later_runs_are_started_in_the_round_trip_that_prepares_them(lab: dict[str, Any]) -> None:
+    floor, factor = 2.0, settings.RACKBENCH["START_MARGIN_FACTOR"]  # a margin no host misses, however loaded
+    margins = {"RACKBENCH_START_MARGIN": str(floor), "RACKBENCH_START_MARGIN_FACTOR": str(factor),
+               "RACKBENCH_START_TOLERANCE": "0.05"}  # fmt: skip
+    campaign = run_on_own_worker("folded", {"repetitions": 3, "cache": {"flush_clients": False}},
+                                 RACKBENCH_START_FOLD="1", **margins)  # fmt: skip
 
     runs = list(campaign.runs.order_by("sequence"))
     assert [r.status for r in runs] == [RunStatus.SUCCEEDED] * 3, [r.error for r in runs]
@@ -324,7 +325,6 @@ def test_later_runs_are_started_in_the_round_trip_that_prepares_them(lab: dict[s
     assert not first.get("folded") and second["folded"] and third["folded"]
     assert second["reckoned_from"] == f"the files round trip and the submit wave of run {runs[0].pk}"
     assert third["reckoned_from"] == f"the preparing round trip of run {runs[1].pk}"
-    factor, floor = settings.RACKBENCH["START_MARGIN_FACTOR"], settings.RACKBENCH["START_MARGIN"]
     files = runs[0].provenance["timing"]["prepare"]["files"]
     assert second["margin_s"] == pytest.approx(max(floor, factor * (files + first["wave_s"])), abs=1e-3)
     # What the margin had to cover: from sending the round trip to the last host's check of the instant.
@@ -341,7 +341,7 @@ def test_later_runs_are_started_in_the_round_trip_that_prepares_them(lab: dict[s
 @pytest.mark.lab
 def test_a_folded_start_that_comes_late_is_undone_and_made_again_at_once(lab: dict[str, Any]) -> None:
     campaign = run_on_own_worker("fold-late", {"repetitions": 2, "cache": {"flush_clients": False}},
-                                 RACKBENCH_RETRY_MAX="4")  # fmt: skip
+                                 RACKBENCH_START_FOLD="1", RACKBENCH_RETRY_MAX="4")  # fmt: skip
 
     first, second = campaign.runs.order_by("sequence")
     assert first.status == second.status == RunStatus.SUCCEEDED, [first.error, second.error]
