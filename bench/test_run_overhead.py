@@ -59,6 +59,11 @@ def measure(name: str, **env: str) -> dict[str, float]:
         purge_broker(broker)
     runs = list(campaign.runs.order_by("sequence"))
     assert all(r.status == "succeeded" for r in runs), [r.error for r in runs]
+    for run in runs:  # the starts made again, and why
+        attempts = run.provenance["start"]["attempts"]
+        if len(attempts) > 1:
+            shown = [{k: a.get(k) for k in ("folded", "margin_s", "needed_s", "wave_s", "late")} for a in attempts]
+            print(f"\nrun {run.sequence}: {len(attempts)} start attempts: {shown}")
     spans = [(r.finished_at - r.started_at).total_seconds() for r in runs]
     paces = [(b.started_at - a.started_at).total_seconds() for a, b in zip(runs, runs[1:], strict=False)]
     over = sorted(p - JOB_S for p in paces)
@@ -75,10 +80,13 @@ def measure(name: str, **env: str) -> dict[str, float]:
         "overhead beyond the job median": statistics.median(beyond),
         "overhead beyond the job p90": beyond[int(0.9 * (len(beyond) - 1))],
         "job end -> next job start median": statistics.median(gaps),
+        "load average (1 min) after": os.getloadavg()[0],
     }
     parts = [timeline(a, b, wa, wb) for a, b, wa, wb in zip(runs, runs[1:], windows, windows[1:], strict=False)]
     for key in parts[0]:
         figures[f"  {key}"] = statistics.median(p.get(key, 0.0) for p in parts)
+    figures["  start attempts (mean)"] = statistics.mean(p["  start attempts"] for p in parts)
+    figures["  folded (share)"] = statistics.mean(p["  folded (share)"] for p in parts)
     return figures
 
 
@@ -103,6 +111,9 @@ def timeline(run: Run, after: Run, window: tuple[float, float], next_window: tup
     parts |= {f"  collect {name}": seconds for name, seconds in timing["collect"].items()}
     parts["  submit wave"] = attempt["wave_s"]
     parts["  margin"] = attempt["margin_s"]
+    parts["  margin needed"] = attempt.get("needed_s", attempt["wave_s"])
+    parts["  folded (share)"] = float(bool(attempt.get("folded")))
+    parts["  start attempts"] = len(after.provenance["start"]["attempts"])
     return parts
 
 

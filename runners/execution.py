@@ -60,6 +60,9 @@ from runners.lifecycle import (
     run_poll as run_poll,
 )
 from runners.lifecycle import (
+    run_start as run_start,
+)
+from runners.lifecycle import (
     run_submit as run_submit,
 )
 from runners.lifecycle import (

@@ -3,6 +3,7 @@ killed."""
 
 from __future__ import annotations
 
+import logging
 import shlex
 import time
 import uuid
@@ -32,9 +33,110 @@ from plugins.launchers import slurm
 from runners import remote, samplers, ssh
 from runners import slurm as slurm_jobs
 from runners.hosts import TAIL, HostJob, RunTarget, last_lines, main_targets, run_targets, slurm_login
-from runners.prepare import earlier_wave, snapshot_record
+from runners.prepare import EARLIER_RUNS, Fold, earlier_wave, run_prepare, snapshot_record
+
+log = logging.getLogger(__name__)
 
 SERVICE_READY_TIMEOUT = 30.0
+
+
+def run_start(run: Run, *, fold: bool, wanted: Callable[[], bool]) -> tuple[int, float] | None:
+    """Prepare the run and start its main commands on every host at one instant (``run_prepare``, ``run_submit``);
+    returns that instant (``run_submit``) and the seconds its submit took to reach every host, or None where the run
+    is no longer ``wanted`` (cancelled while it was being prepared: nothing is started).
+
+    ``fold`` (a start made fresh, not a retry): where the campaign has measured its preparations and the run needs
+    nothing between preparing and starting, the start instant is chosen first and the submit goes in each host's
+    preparing round trip (``prepare.Fold``). Should a host come late or fail, everything started is undone and the
+    run is prepared and started again at once the usual way: prepared first, then submitted with a margin reckoned
+    from the late attempt."""
+    folding = _fold(run) if fold and settings.RACKBENCH["START_FOLD"] else None
+    if folding is not None and not wanted():
+        return None
+    try:
+        jobs = run_prepare(run, fold=folding)
+    except Exception:
+        if folding is not None and folding.jobs:
+            _undo_mains(folding.jobs)
+        raise
+    if folding is not None and folding.jobs:
+        try:
+            return _folded_start(run, folding), folding.wave_s
+        except LateStart as exc:
+            log.warning("run %s: %s; started again in two steps", run.pk, exc)
+        run.refresh_from_db(fields=["provenance"])  # the late attempt is recorded: the margin is reckoned from it
+        jobs = run_prepare(run)
+    if not wanted():
+        return None
+    submitting = time.monotonic()
+    instant = run_submit(jobs)
+    return instant, time.monotonic() - submitting
+
+
+FOLD_SOURCE = "the preparing round trip of run"
+
+
+def _fold(run: Run) -> Fold | None:
+    """The start to fold into the run's preparation, its margin reckoned from what the campaign's latest folded start
+    to as many hosts had to cover (``Fold.needed_s``: from sending its round trip to its last host's check of the
+    instant), else from its latest run's files round trip plus submit wave (at least RACKBENCH_START_MARGIN, and
+    RACKBENCH_START_MARGIN_FACTOR times that, as ``start_margin``); None when there is none, or the run has an attempt
+    of its own already (a retry starts the usual way). Two queries."""
+    hosts = run.hosts.exclude(node=None).count()
+    rows = (
+        Run.objects.filter(campaign_id=run.campaign_id, pk__lte=run.pk)
+        .order_by("-pk")
+        .values_list("pk", "provenance__start", "provenance__timing__prepare__files")[: EARLIER_RUNS + 1]
+    )
+    measured: tuple[str, float] | None = None
+    for pk, start, files in rows:
+        attempts = (start or {}).get("attempts") or []
+        if pk == run.pk:
+            if attempts:
+                return None
+            continue
+        for attempt in reversed(attempts):
+            if attempt.get("hosts") != hosts or attempt.get("late") or "wave_s" not in attempt:
+                continue
+            if attempt.get("folded"):
+                measured = (f"{FOLD_SOURCE} {pk}", attempt.get("needed_s", attempt["wave_s"]))
+            elif isinstance(files, int | float):
+                measured = (f"the files round trip and the submit wave of run {pk}", files + attempt["wave_s"])
+            break
+        if measured is not None:
+            break
+    if measured is None:
+        return None
+    source, seconds = measured
+    margin = start_margin(hosts=hosts, measured_s=seconds, previous=None)
+    tolerance = settings.RACKBENCH["START_TOLERANCE"]
+    return Fold(attempt=uuid.uuid4().hex[:12], margin_s=margin, tolerance_s=tolerance, source=source)
+
+
+def _folded_start(run: Run, fold: Fold) -> int:
+    """Record the folded attempt (as ``submit_mains`` records its own, ``folded``: true); where a host failed or came
+    late, undo it on every host and raise."""
+    mains = [j for j in fold.jobs if j.main]
+    late = {j.row.host: round(a / 1e9, 4) for j, a in zip(mains, fold.answers, strict=True) if isinstance(a, int)}
+    entry = {"id": fold.attempt, "start_at_ns": fold.start_at_ns, "margin_s": round(fold.margin_s, 4),
+             "reckoned_from": fold.source, "hosts": len(mains), "wave_s": round(fold.wave_s, 4), "late": late,
+             "folded": True}  # fmt: skip
+    if fold.needed_s is not None:
+        entry["needed_s"] = round(fold.needed_s, 4)
+    _record_attempt(run.pk, entry, fold.tolerance_s)
+    failed = [a for a in fold.answers if isinstance(a, BaseException)]
+    if failed or late:
+        _undo_mains(fold.jobs)
+    ssh.raise_first(failed)
+    if late:
+        raise _late_start(late, margin=fold.margin_s, hosts=len(mains), wave=fold.wave_s, tolerance=fold.tolerance_s,
+                          attempt=fold.attempt)  # fmt: skip
+    return fold.start_at_ns
+
+
+def _undo_mains(jobs: list[HostJob]) -> None:
+    """Undo a start on every main host; raises the first host where that failed (its job may be left)."""
+    ssh.raise_first(remote.fan_out([j for j in jobs if j.main], lambda j: remote.job_undo(j.target, j.context.run_dir)))
 
 
 def run_submit(jobs: list[HostJob]) -> int:
@@ -127,25 +229,36 @@ def submit_mains(mains: list[HostJob]) -> int:
     late = {j.row.host: round(a / 1e9, 4) for j, a in zip(mains, answers, strict=True) if isinstance(a, int)}
     entry = {"id": attempt, "start_at_ns": start_at_ns, "margin_s": round(margin, 4), "reckoned_from": source,
              "hosts": len(mains), "wave_s": round(wave, 4), "late": late}  # fmt: skip
+    _record_attempt(run_id, entry, tolerance)
+    ssh.raise_first(answers)
+    if late:
+        raise _late_start(late, margin=margin, hosts=len(mains), wave=wave, tolerance=tolerance, attempt=attempt)
+    return start_at_ns
+
+
+def _record_attempt(run_id: int, entry: dict[str, Any], tolerance: float) -> None:
+    """Add a start attempt to the run's provenance["start"], and make it the run's."""
 
     def update(provenance: dict[str, Any]) -> None:
         found = provenance.get("start") or {}
         attempts = [*(found.get("attempts") or []), entry]
-        provenance["start"] = {**found, "attempt": attempt, "start_at_ns": start_at_ns, "margin_s": entry["margin_s"],
-                               "tolerance_s": tolerance, "attempts": attempts}  # fmt: skip
+        provenance["start"] = {**found, "attempt": entry["id"], "start_at_ns": entry["start_at_ns"],
+                               "margin_s": entry["margin_s"], "tolerance_s": tolerance,
+                               "attempts": attempts}  # fmt: skip
 
     services.run_provenance_merge(run_id=run_id, update=update)
-    ssh.raise_first(answers)
-    if late:
-        worst = max(late.values())
-        raise LateStart(
-            None,
-            f"the start instant passed before the submit reached {_some(sorted(late))} (late by up to "
-            f"{numbers.quantity(worst, 's')}; margin {numbers.quantity(margin, 's')} for {len(mains)} hosts, whose "
-            f"submit took {numbers.quantity(wave, 's')}; tolerance {numbers.quantity(tolerance, 's')}): start attempt "
-            f"{attempt} was undone on every host, none keeps it",
-        )
-    return start_at_ns
+
+
+def _late_start(
+    late: dict[str, float], *, margin: float, hosts: int, wave: float, tolerance: float, attempt: str
+) -> LateStart:
+    return LateStart(
+        None,
+        f"the start instant passed before the submit reached {_some(sorted(late))} (late by up to "
+        f"{numbers.quantity(max(late.values()), 's')}; margin {numbers.quantity(margin, 's')} for {hosts} hosts, "
+        f"whose submit took {numbers.quantity(wave, 's')}; tolerance {numbers.quantity(tolerance, 's')}): start "
+        f"attempt {attempt} was undone on every host, none keeps it",
+    )
 
 
 def _some(names: list[str], shown: int = 10) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shlex
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.utils import timezone
@@ -104,9 +104,12 @@ def stop_containers(campaign: Any, nodes: list[Any]) -> list[str]:
     return [str(r) for r in results if isinstance(r, BaseException)]
 
 
-def run_prepare(run: Run, *, watch: Stopwatch | None = None) -> list[HostJob]:
+def run_prepare(run: Run, *, watch: Stopwatch | None = None, fold: Fold | None = None) -> list[HostJob]:
     """Write the run's files on every host, flush caches per the policy, record provenance (with how long each part
-    took, in ``provenance["timing"]["prepare"]``; ``watch``: the step's stopwatch, else one of its own)."""
+    took, in ``provenance["timing"]["prepare"]``; ``watch``: the step's stopwatch, else one of its own).
+
+    ``fold``: the start to send in the round trip that writes each host's files, where nothing else has to happen
+    between preparing and starting (see ``Fold``); it is sent (``fold.jobs``) or not (the caller submits)."""
     watch = watch or Stopwatch()
     benchmark = get_benchmark(run.campaign.kind)
     with watch.lap("hosts"):
@@ -128,12 +131,22 @@ def run_prepare(run: Run, *, watch: Stopwatch | None = None) -> list[HostJob]:
     plain = not options and not run.campaign.telemetry and not (benchmark.uses_mpi and len(jobs) > 1)
     flushes = run.campaign.flush_clients or (run.campaign.flush_storage and run.campaign.storage is not None)
     waved = plain and not flushes and earlier_wave(run, sum(1 for j in jobs if j.main))[1] is not None
-    folded = _Folded(run, layout=plain, snapshot=waved)
+    versions = known_versions(run, jobs)
+    # The start goes with the files only where nothing is left to do on another host before it (no service to
+    # start first, no version to read), and the start margin has a measured wave to go by (``waved``).
+    fold = fold if waved and not any(j.service for j in jobs) and len(versions) == len(jobs) else None
+    folded = _Folded(run, layout=plain, snapshot=waved, fold=fold)
+    if fold is not None:
+        _record_commands(jobs)  # before any host can start: a resumed start or a kill finds every host
+        fold.send(jobs)
     with watch.lap("files"):
         written = remote.fan_out(jobs, folded.prepare_host)
-        _record_commands(
-            [job for job, result in zip(jobs, written, strict=True) if not isinstance(result, BaseException)]
-        )
+        if fold is None:
+            _record_commands(
+                [job for job, result in zip(jobs, written, strict=True) if not isinstance(result, BaseException)]
+            )
+        else:
+            fold.answered(jobs, written)
     ssh.raise_first(written)
     if folded.layout:
         provenance["layout"] = folded.layouts(jobs, written)
@@ -148,7 +161,7 @@ def run_prepare(run: Run, *, watch: Stopwatch | None = None) -> list[HostJob]:
     if options:
         provenance["slurm"] = _prepare_slurm(run, jobs[0], options)
     with watch.lap("versions"):
-        provenance["hosts"] = hosts_provenance(run, benchmark, jobs)
+        provenance["hosts"] = hosts_provenance(run, benchmark, jobs, versions)
     provenance["params"] = run.params
     if not folded.layout:
         with watch.lap("layout"):
@@ -188,19 +201,80 @@ def _main_files(job: HostJob) -> dict[str, str]:
     return {**job.main.files, "command.sh": remote.command_script(job.main.argv, _main_env(job))}
 
 
-class _Folded:
-    """What each host's files round trip also does: its layout (``layout``), and the cache snapshot after it
-    (``snapshot``)."""
+@dataclass
+class Fold:
+    """A start sent in the round trip that prepares each host (files, layout, cache counters, then the submit), for a
+    run with nothing to do between preparing and starting: no flush, service, sampler, MPI check or Slurm script.
+    Its instant is taken as the round trip is sent: now + ``margin_s`` (runners/lifecycle.py reckons the margin from
+    the campaign's earlier preparations), and a host whose preparation ends more than ``tolerance_s`` after it
+    starts nothing, as a late submit does. ``jobs``: the hosts it was sent to (empty: not sent); ``answers``: each
+    main host's, as ``remote.job_submit`` returns it (None: started; an int: late by so many ns) or the error;
+    ``needed_s``: how long after it was sent the last host checked the instant (what the margin had to cover, on the
+    nodes' clocks), where every host said."""
 
-    def __init__(self, run: Run, *, layout: bool, snapshot: bool) -> None:
-        self.run, self.layout, self.snapshot = run, layout, snapshot
+    attempt: str
+    margin_s: float
+    tolerance_s: float
+    source: str = ""  # what the margin was reckoned from
+    start_at_ns: int = 0
+    wave_s: float = 0.0
+    needed_s: float | None = None
+    jobs: list[HostJob] = field(default_factory=list)
+    answers: list[Any] = field(default_factory=list)
+    _sent: float = 0.0
+
+    def send(self, jobs: list[HostJob]) -> None:
+        self.jobs = jobs
+        self._sent = time.monotonic()
+        self.start_at_ns = time.time_ns() + int(self.margin_s * 1e9)
+
+    def line(self, job: HostJob) -> str:
+        if job.main is None:
+            return ""
+        return remote.submit_line(job.context.run_dir, attempt=self.attempt, start_at_ns=self.start_at_ns,
+                                  tolerance_ns=int(self.tolerance_s * 1e9))  # fmt: skip
+
+    def answered(self, jobs: list[HostJob], written: list[Any]) -> None:
+        self.wave_s = time.monotonic() - self._sent
+        self.answers = [_answer(job, result) for job, result in zip(jobs, written, strict=True) if job.main]
+        checked = [_checked_ns(result) for job, result in zip(jobs, written, strict=True) if job.main]
+        if checked and all(isinstance(ns, int) for ns in checked):
+            self.needed_s = self.margin_s + max(ns for ns in checked if ns is not None) / 1e9
+
+
+def _checked_ns(result: remote.Prepared | BaseException) -> int | None:
+    """How late (ns; negative: early) the host's submit checked the instant, as it printed it; None where unknown."""
+    if isinstance(result, BaseException) or result.submitted is None:
+        return None
+    text = result.submitted.stdout.strip()
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
+def _answer(job: HostJob, result: remote.Prepared | BaseException) -> int | BaseException | None:
+    if isinstance(result, BaseException):
+        return result
+    if result.submitted is None:  # its layout failed: nothing was started there (the layout's error is raised)
+        return ssh.PermanentSSHError(job.target.endpoint, "laying out the benchmark's data failed")
+    try:
+        return remote.submit_answer(job.target, job.context.run_dir, result.submitted)
+    except ssh.SSHError as exc:
+        return exc
+
+
+class _Folded:
+    """What each host's files round trip also does: its layout (``layout``), the cache snapshot after it
+    (``snapshot``), and the start (``fold``)."""
+
+    def __init__(self, run: Run, *, layout: bool, snapshot: bool, fold: Fold | None = None) -> None:
+        self.run, self.layout, self.snapshot, self.fold = run, layout, snapshot, fold
         self.at = timezone.now()
 
     def prepare_host(self, job: HostJob) -> remote.Prepared:
         line = layout_lines(self.run, job)[1] if self.layout and job.layout else ""
         after = cache.SNAPSHOT_COMMAND if self.snapshot else ""
+        submit = self.fold.line(job) if self.fold else ""
         timeout = self.run.campaign.run_timeout_s if line else None  # a layout may take as long as a run
-        return _prepare_host(job, lay_out=line, after=after, timeout=timeout)
+        return _prepare_host(job, lay_out=line, after=after, submit=submit, timeout=timeout)
 
     def layouts(self, jobs: list[HostJob], written: list[Any]) -> dict[str, dict[str, Any]]:
         """The layouts' records, as ``lay_out_data`` keeps them; the first that failed is raised."""
@@ -219,9 +293,11 @@ class _Folded:
         return records
 
 
-def _prepare_host(job: HostJob, *, lay_out: str = "", after: str = "", timeout: float | None = None) -> remote.Prepared:
+def _prepare_host(
+    job: HostJob, *, lay_out: str = "", after: str = "", submit: str = "", timeout: float | None = None
+) -> remote.Prepared:
     """Write the host's files (the layout's included: run before the flush), then run ``lay_out`` (its layout
-    command, when it goes with them) and ``after``, in one round trip."""
+    command, when it goes with them), ``after`` and ``submit``, in one round trip."""
     run_dir = job.context.run_dir
     data_dirs = [job.context.data_dir] + [f"{mount}/{job.context.node}" for mount in job.context.mounts]
     dirs = data_dirs + ([job.service_dir] if job.service else [])
@@ -231,7 +307,9 @@ def _prepare_host(job: HostJob, *, lay_out: str = "", after: str = "", timeout: 
         service_files = dict(job.service.files)
         service_files["command.sh"] = remote.command_script(job.service.argv, job.service.env)
         files[job.service_dir] = service_files
-    return remote.jobs_prepare(job.target, files, extra_dirs=dirs, layout=lay_out, after=after, timeout=timeout)
+    return remote.jobs_prepare(
+        job.target, files, extra_dirs=dirs, layout=lay_out, after=after, submit=submit, timeout=timeout
+    )
 
 
 def _record_commands(jobs: list[HostJob]) -> None:
@@ -337,11 +415,13 @@ def mpi_reachability(run: Run, jobs: list[HostJob]) -> None:
     )
 
 
-def hosts_provenance(run: Run, benchmark: Benchmark, jobs: list[HostJob]) -> dict[str, dict[str, Any]]:
+def hosts_provenance(
+    run: Run, benchmark: Benchmark, jobs: list[HostJob], known: dict[str, dict[str, str]] | None = None
+) -> dict[str, dict[str, Any]]:
     """Each host's kernel, benchmark tool version and hardware, for the run's provenance. The versions are read on a
     host once per campaign (``uname; fio --version`` costs a tenth of a second or more): later runs reuse what an
-    earlier run of the campaign recorded for the same node."""
-    versions = known_versions(run, jobs)
+    earlier run of the campaign recorded for the same node (``known``, where the caller has looked them up)."""
+    versions = dict(known_versions(run, jobs) if known is None else known)
     unknown = [j for j in jobs if j.row.host not in versions]
     read = remote.fan_out(unknown, lambda j: _read_versions(benchmark, j.target))
     ssh.raise_first(read)

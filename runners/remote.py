@@ -253,10 +253,12 @@ def job_prepare(target: Target, job_dir: str, *, extra_dirs: list[str], files: d
 @dataclass(frozen=True)
 class Prepared:
     """What ``jobs_prepare`` ran once the files were written: the layout's own result (None where none was asked),
-    and the output of the command asked for after it (None where none was asked, or the layout failed)."""
+    the output of the command asked for after it, and the submit's result (each None where none was asked, or the
+    layout failed)."""
 
     layout: ssh.CommandResult | None = None
     after: str | None = None
+    submitted: ssh.CommandResult | None = None
 
 
 def jobs_prepare(
@@ -266,15 +268,17 @@ def jobs_prepare(
     extra_dirs: list[str],
     layout: str = "",
     after: str = "",
+    submit: str = "",
     timeout: float | None = None,
 ) -> Prepared:
     """Create job directories (job directory -> its files) and ``extra_dirs`` and write every job's files and
     launcher, in one round trip: ``sh -s`` reads the script of ``prepare_script`` on its standard input. In the same
     round trip, once the files are written, it runs ``layout`` (a command line laying out the benchmark's data), then
-    ``after`` (a command whose output is wanted, e.g. the cache snapshot), which a failed layout skips: what would
-    otherwise take round trips of their own. Their outputs are told apart by a mark of this call's own."""
+    ``after`` (a command whose output is wanted, e.g. the cache snapshot), then ``submit`` (``submit_line``: the job
+    started), all of which a failed layout skips: what would otherwise take round trips of their own. Their outputs
+    are told apart by a mark of this call's own."""
     script = prepare_script(jobs, extra_dirs=extra_dirs)
-    if not layout and not after:
+    if not layout and not after and not submit:
         target.check("sh -s", what="creating the run directory and writing its files", stdin=script.encode())
         return Prepared()
     mark = f"--rackbench-{uuid.uuid4().hex}"
@@ -283,16 +287,18 @@ def jobs_prepare(
         script += f"( {layout}\n); rc=$?; echo {mark} $rc; echo {mark} >&2; [ $rc -eq 0 ] || exit 0\n"
     if after:
         script += f"{{ {after}\n}} 2>/dev/null\n"
+    if submit:
+        script += f"printf '\\n%s\\n' {mark}; echo {mark} >&2; ( {submit}\n); echo {mark} $?\n"
     result = target.check(
         "sh -s", what="creating the run directory and writing its files", stdin=script.encode(), timeout=timeout
     )
     try:
-        return _prepared(result, mark, layout=bool(layout), after=bool(after))
+        return _prepared(result, mark, layout=bool(layout), after=bool(after), submit=bool(submit))
     except ValueError as exc:
         raise ssh.TransientSSHError(target.endpoint, f"preparing the run: {exc}") from None
 
 
-def _prepared(result: ssh.CommandResult, mark: str, *, layout: bool, after: bool) -> Prepared:
+def _prepared(result: ssh.CommandResult, mark: str, *, layout: bool, after: bool, submit: bool) -> Prepared:
     out, err = result.stdout, result.stderr
     begin = out.find(f"{mark}\n")
     if begin < 0:
@@ -307,10 +313,22 @@ def _prepared(result: ssh.CommandResult, mark: str, *, layout: bool, after: bool
         code = int(rest[end + len(mark) + 1 : line_end])
         err_end = err.find(mark)
         found = ssh.CommandResult(code, rest[:end], err[:err_end] if err_end >= 0 else err, result.seconds)
+        err = err[err_end + len(mark) + 1 :] if err_end >= 0 else err
         rest = rest[line_end + 1 :]
         if code != 0:
             return Prepared(found)
-    return Prepared(found, rest if after else None)
+    submitted = None
+    if submit:
+        split = rest.rfind(f"\n{mark}\n")
+        end = rest.rfind(f"{mark} ")
+        if split < 0 or end < split:
+            raise ValueError("the submit's output was cut short")
+        code = int(rest[end + len(mark) + 1 :].strip())
+        err_start = err.rfind(f"{mark}\n")
+        err = err[err_start + len(mark) + 1 :] if err_start >= 0 else ""
+        submitted = ssh.CommandResult(code, rest[split + len(mark) + 2 : end], err, result.seconds)
+        rest = rest[:split]
+    return Prepared(found, rest if after else None, submitted)
 
 
 def prepare_script(jobs: dict[str, dict[str, str]], *, extra_dirs: list[str]) -> str:
@@ -370,18 +388,28 @@ def job_submit(
     Returns None when the job is started, or how late (ns) the submit came when it came more than ``tolerance_ns``
     after ``start_at_ns``: then nothing is started, and no marker left.
     """
+    line = submit_line(job_dir, attempt=attempt, start_at_ns=start_at_ns, tolerance_ns=tolerance_ns)
+    return submit_answer(target, job_dir, target.run(line))
+
+
+def submit_line(job_dir: str, *, attempt: str = "", start_at_ns: int = 0, tolerance_ns: int = 0) -> str:
+    """The command line of ``job_submit`` (also sent at the end of ``jobs_prepare``'s round trip). It prints how late
+    (ns, negative: how early) it checked the instant, unless it found the job submitted already."""
     d = shlex.quote(job_dir)
     mark = shlex.quote(attempt)
     # The marker is created with noclobber (O_EXCL): of two copies of one submit arriving together, one launches.
-    line = (
+    return (
         f'cd {d} || exit 1; if [ -e submitted ]; then [ "$(cat submitted)" = {mark} ] && exit 0; '
         f'echo "started by attempt $(cat submitted)"; exit {OTHER_ATTEMPT_EXIT}; fi; '
-        f"at={int(start_at_ns)}; late=$(( $(date +%s%N) - at )); "
-        f'if [ "$at" -gt 0 ] && [ "$late" -gt {int(tolerance_ns)} ]; then echo $late; exit {LATE_EXIT}; fi; '
+        f"at={int(start_at_ns)}; late=$(( $(date +%s%N) - at )); echo $late; "
+        f'if [ "$at" -gt 0 ] && [ "$late" -gt {int(tolerance_ns)} ]; then exit {LATE_EXIT}; fi; '
         f"set -C; printf %s {mark} 2>/dev/null > submitted || exit 0; set +C; "
         f"{JOB_MARKER}={d} setsid sh ./launch.sh $at < /dev/null > /dev/null 2>&1 &"
     )
-    result = target.run(line)
+
+
+def submit_answer(target: Target, job_dir: str, result: ssh.CommandResult) -> int | None:
+    """What ``submit_line``'s result says, as ``job_submit`` returns or raises it."""
     if result.exit_code == LATE_EXIT:
         return int(result.stdout.strip() or 0)
     if result.exit_code == OTHER_ATTEMPT_EXIT:
@@ -498,6 +526,7 @@ def job_undo(target: Target, job_dir: str) -> None:
 
 
 FRAME = "--rackbench-file"  # begins each section's header line: base64 text never holds a "-"
+LINE_FILES = frozenset({"exit_code", "started", "io", "pid"})  # a few ASCII lines each, written by the launcher
 
 
 @dataclass(frozen=True)
@@ -525,11 +554,17 @@ def collect_script(job_dir: str, names: list[str], *, mark: str, limit: int | No
     content in base64, so that binary bytes, a missing last newline or a line that looks like a header cannot blur
     two sections, and an end line, so that output cut short is never taken for shorter files. The files are read in
     the order given: with ``exit_code`` first, the outputs are read after the launcher closed them. One process a
-    file, and none for the mark."""
+    file, and none for the mark; none either for the few lines of text the launcher writes itself (LINE_FILES, read
+    whole): the shell's own ``read`` gives them line by line, each behind a "=" that keeps it from looking like a
+    header (a last line without its newline comes back with one)."""
     lines = [f"{{ {before}\n}} 2>/dev/null" if before else ":", f"echo; echo {shlex.quote(mark)}"]
     lines.append(f"cd {shlex.quote(job_dir)} 2>/dev/null || {{ echo '{FRAME} end'; exit 0; }}")
     for i, name in enumerate(names):
         path = shlex.quote(name)
+        if name in LINE_FILES and limit is None:
+            each = f'while IFS= read -r l || [ -n "$l" ]; do printf \'=%s\\n\' "$l"; done < {path}'
+            lines.append(f"if [ -f {path} ]; then echo '{FRAME} {i} lines'; {each}; fi")
+            continue
         read = f"base64 {path}" if limit is None else f"tail -c {int(limit)} {path} | base64"
         lines.append(f"if [ -f {path} ]; then echo '{FRAME} {i}'; {read}; fi")
     lines.append(f"echo '{FRAME} end'")
@@ -543,7 +578,7 @@ def parse_collected(out: str, names: list[str], *, mark: str) -> Collected:
         raise ValueError("the output was cut short")
     sections: dict[str, list[str]] = {}
     current: list[str] | None = None
-    for line in out[split + len(mark) + 2 :].splitlines():
+    for line in out[split + len(mark) + 2 :].split("\n")[:-1]:  # lines end with \n alone (not \r, as splitlines)
         if line.startswith(f"{FRAME} "):
             current = sections.setdefault(line[len(FRAME) + 1 :], [])
         elif current is None:
@@ -552,7 +587,15 @@ def parse_collected(out: str, names: list[str], *, mark: str) -> Collected:
             current.append(line)
     if list(sections)[-1:] != ["end"]:
         raise ValueError("the output was cut short")
-    found = {key: base64.b64decode("".join(lines), validate=True) for key, lines in sections.items() if key != "end"}
+    found: dict[str, bytes] = {}
+    for key, content in sections.items():
+        index, _, kind = key.partition(" ")
+        if kind == "lines":
+            if any(not line.startswith("=") for line in content):
+                raise ValueError("a line of a text section without its mark")
+            found[index] = "".join(f"{line[1:]}\n" for line in content).encode()
+        elif key != "end":
+            found[key] = base64.b64decode("".join(content), validate=True)
     return Collected(out[:split], {name: found.get(str(i)) for i, name in enumerate(names)})
 
 

@@ -178,15 +178,15 @@ def _start(task: Task, run: Run) -> None:
         if not fresh and _resume_submitted(run):
             _mark_running(run)
             return
-        jobs = execution.run_prepare(run)
-        if not Run.objects.filter(pk=run_id, status=RunStatus.PREPARING).exists():
-            return  # cancelled while it was being prepared: nothing is started
-        submitting = time.monotonic()
-        start_at_ns = execution.run_submit(jobs)
-        reach_s = time.monotonic() - submitting
+        started = execution.run_start(
+            run, fold=fresh, wanted=lambda: Run.objects.filter(pk=run_id, status=RunStatus.PREPARING).exists()
+        )
     except Exception as exc:
         _retry_or_fail(task, run_id, exc)
         return
+    if started is None:
+        return  # cancelled while it was being prepared: nothing is started
+    start_at_ns, reach_s = started
     _mark_running(run, start_at_ns=start_at_ns, settle_s=reach_s)
 
 

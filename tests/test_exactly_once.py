@@ -13,6 +13,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from django.db import connection
@@ -294,6 +295,39 @@ def test_a_start_cut_off_half_way_is_undone_and_every_host_starts_in_one_attempt
     assert pids[0] != first  # the half-started attempt was undone, not mixed into this one
     assert not group_alive(first)
     services.run_finish(run_id=run.pk, status=RunStatus.CANCELLED, kill=False)
+    for job in jobs:
+        remote.job_kill(job.target, job.context.run_dir)
+
+
+@pytest.mark.lab
+def test_a_start_resumed_after_its_folded_round_trip_keeps_that_attempt_and_starts_nothing_more(
+    lab: dict[str, Any],
+) -> None:
+    from runners import execution, remote
+    from runners.prepare import Fold
+
+    fixed = {"bs": "64k", "size": "8M", "runtime": 3, "time_based": 1}
+    data = {"fixed": fixed, "repetitions": 2, "cache": {"flush_clients": False}}
+    with mock.patch.object(services, "campaign_advance_soon"):  # started by the test, not by a worker
+        first, second = launched("fold-resume", ["lab1", "lab2"], **data).runs.order_by("sequence")
+    execution.run_prepare(Run.objects.select_related("campaign").get(pk=first.pk))
+    Run.objects.filter(pk=first.pk).update(
+        provenance={**Run.objects.get(pk=first.pk).provenance, "start": {"attempts": [{"hosts": 2, "wave_s": 0.02}]}}
+    )
+    Run.objects.filter(pk=second.pk).update(status=RunStatus.PREPARING, resumes=1)
+    fold = Fold(attempt="fold1", margin_s=1.0, tolerance_s=0.05)
+    jobs = execution.run_prepare(Run.objects.select_related("campaign").get(pk=second.pk), fold=fold)
+    assert fold.jobs and fold.answers == [None, None]  # started in the round trip; then the worker died
+    pids = [wait_for_pid(job) for job in jobs]
+
+    run_tasks.run_start_task.apply(args=(second.pk,))  # the resumed (or redelivered) start
+
+    second.refresh_from_db()
+    assert second.status == RunStatus.RUNNING, second.error
+    for job, pid in zip(jobs, pids, strict=True):
+        state = remote.job_state(job.target, job.context.run_dir)
+        assert state.attempt == "fold1" and state.pid == pid  # the folded attempt kept, nothing started again
+    services.run_finish(run_id=second.pk, status=RunStatus.CANCELLED, kill=False)
     for job in jobs:
         remote.job_kill(job.target, job.context.run_dir)
 

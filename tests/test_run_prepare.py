@@ -12,6 +12,7 @@ from campaigns import services
 from campaigns.models import Run
 from plugins import cache
 from runners import execution, remote
+from runners.prepare import Fold
 from tests.test_campaign_e2e import fio_campaign
 
 pytestmark = pytest.mark.lab
@@ -118,3 +119,51 @@ def test_a_layout_is_not_run_again_on_the_data_it_left_and_is_once_that_data_cha
     layout = Run.objects.get(pk=third.pk).provenance["layout"]
     assert "kept" not in layout["lab1"] and layout["lab2"]["kept"]
     assert laid_out.stat().st_size == 8 * 1024**2  # laid out again, whole
+
+
+def test_a_later_run_is_started_in_the_round_trip_that_prepares_it(lab: dict[str, Any]) -> None:
+    first, second = launched("folded-once", ["lab1", "lab2"], repetitions=2).runs.order_by("sequence")
+    prepare([first])
+    started(first, hosts=2, wave_s=0.02)
+    scripts: list[tuple[str, str]] = []
+    fold = Fold(attempt="fold1", margin_s=1.0, tolerance_s=0.05)
+    commands: list[tuple[str, str]] = []
+    run_command = remote.Target.run
+
+    def counted(target: remote.Target, command: str, **options: Any) -> Any:
+        commands.append((target.endpoint.name, command))
+        scripts.append((target.endpoint.name, (options.get("stdin") or b"").decode()))
+        return run_command(target, command, **options)
+
+    with mock.patch.object(remote.Target, "run", counted):
+        jobs = execution.run_prepare(Run.objects.select_related("campaign").get(pk=second.pk), fold=fold)
+
+    # One command per host: files, layout, cache counters, then the submit carrying the instant chosen as it was sent.
+    assert sorted(commands) == [("lab1", "sh -s"), ("lab2", "sh -s")]
+    (script,) = [text for host, text in scripts if host == "lab1"]
+    written, layout, counters, submit = (
+        script.index(x) for x in ("printf", "--create_only=1", cache.SNAPSHOT_COMMAND, "setsid sh ./launch.sh")
+    )
+    assert written < layout < counters < submit and f"at={fold.start_at_ns};" in script
+    assert fold.jobs == jobs and fold.answers == [None, None] and fold.wave_s > 0
+    second.refresh_from_db()
+    assert all(h.remote_dir for h in second.hosts.all())  # recorded before any host could start
+    assert all("error" not in s for s in second.provenance["cache"]["start"].values())
+    for job in jobs:
+        state = remote.job_state(job.target, job.context.run_dir)
+        assert state.submitted and state.attempt == "fold1"
+        remote.job_kill(job.target, job.context.run_dir)
+
+
+def test_a_run_with_a_flush_or_without_a_measured_wave_is_not_started_while_prepared(lab: dict[str, Any]) -> None:
+    first, second = launched("folded-not", ["lab1", "lab2"], repetitions=2).runs.order_by("sequence")
+    fold = Fold(attempt="fold1", margin_s=1.0, tolerance_s=0.05)
+
+    execution.run_prepare(Run.objects.select_related("campaign").get(pk=first.pk), fold=fold)
+    assert fold.jobs == []  # no submit wave of the campaign to reckon a margin from yet
+    started(first, hosts=2, wave_s=0.02)
+    second.campaign.flush_clients = True
+    second.campaign.save(update_fields=["flush_clients"])
+    execution.run_prepare(Run.objects.select_related("campaign").get(pk=second.pk), fold=fold)
+    assert fold.jobs == []  # a flush comes between preparing and starting
+    assert not any(remote.job_state(j.target, j.row.remote_dir).submitted for j in execution.run_targets(second))
