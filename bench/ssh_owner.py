@@ -26,7 +26,51 @@ hold, the client's CPU as a share of one core and its voluntary context switches
 thread's wake-ups). The load average is printed with every size. The lab's sshd shares the machine's two cores
 with the client, so first-contact wall times include the server's handshakes.
 
-Figures and decision: see the end of this docstring (measured with this script).
+Measured 2026-11-28 on the 2-core lab machine (client and the lab's sshd on the same cores), medians; 64 and 256
+nodes 3 rounds each (1-min load average 2.2-7.7 and 9.6-21.4: other sessions were at work), 1,000 nodes 2 rounds
+(load average 40-166, mostly this bench's own 1,000 concurrent handshakes). Negotiated on every connection:
+curve25519-sha256, aes128-ctr, hmac-sha2-256. Client CPU counts every thread of the process.
+
+| N | variant | first contact: wall / client CPU | pooled `true`: wall / CPU | idle: % core, wakes/s | threads, RSS |
+| --- | --- | --- | --- | --- | --- |
+| 64 | paramiko, 0.1 s wake-ups | 0.65 s / 0.18 s | 0.112 s / 0.062 s | 2.0 %, 721 | 67, 4.5 MiB |
+| 64 | paramiko, 1 s (now) | 0.64 s / 0.20 s | 0.108 s / 0.066 s | 0.3 %, 80 | 67, 4.6 MiB |
+| 64 | asyncssh | 0.66 s / 0.12 s | 0.089 s / 0.021 s | 0.0 %, 0 | 7, 4.2 MiB |
+| 256 | paramiko, 0.1 s | 2.75 s / 0.85 s | 0.456 s / 0.319 s | 5.2 %, 2,868 | 259, 16.3 MiB |
+| 256 | paramiko, 1 s (now) | 2.72 s / 0.79 s | 0.424 s / 0.232 s | 0.8 %, 265 | 259, 16.3 MiB |
+| 256 | paramiko, 256 threads | 2.84 s / 0.93 s | 0.484 s / 0.278 s | 0.8 %, 263 | 259, 18.2 MiB |
+| 256 | asyncssh | 2.93 s / 0.46 s | 0.384 s / 0.087 s | 0.2 %, 2 | 7, 11.8 MiB |
+| 1,000 | paramiko, 0.1 s | 11.65 s / 5.43 s | 2.20 s / 2.03 s | 20.2 %, 12,839 | 1,003, 61.5 MiB |
+| 1,000 | paramiko, 1 s (now) | 11.10 s / 3.61 s | 1.96 s / 1.30 s | 3.4 %, 1,150 | 1,003, 61.6 MiB |
+| 1,000 | paramiko, 1,000 threads | 13.4 and 36.2 s / 8.7 and 48.6 s | 1.95 s / 1.44 s | 2.9 %, 1,056 | 997, 65.9 MiB |
+| 1,000 | asyncssh | 11.67 s / 1.84 s | 1.67 s / 0.43 s | 0.5 %, 5 | 7, 35.9 MiB |
+
+The lab's sshd used ~10 ms of CPU per first contact whoever the client was (0.62-0.63 s for 64 nodes, 2.5-2.75 s
+for 256, 10.1-11.0 s for 1,000) and ~0.7 ms per pooled command (0.04 / 0.17 / 0.69 s per wave); at 256 nodes only
+the later rounds read it (before, live sessions were read from /proc/PID/stat, whose whole ticks rounded each
+session's few ms down to nothing).
+With one paramiko thread per host, 12 of 1,000 hosts failed one first contact with "SSH handshake failed" (paramiko's
+own 15 s handshake timeout, under 1,000 handshake threads and 1,000 sshd on two cores) and that round cost 48.6 s of
+client CPU: runners.ssh.fan_out's 64 threads are the right bound for paramiko.
+
+Reading:
+
+- paramiko's idle wake-ups (runners.ssh.IDLE_CHECK_S, now 1 s instead of paramiko's 0.1 s): holding 1,000 idle
+  connections costs 3.4 % of a core instead of 20 %, and the same process's first contact to 1,000 nodes 3.6 s of
+  CPU instead of 5.4 s, its pooled wave 1.3 s instead of 2.0 s (the open transports' wake-ups ran under both).
+- asyncssh, one loop owning every connection, against that pool: client CPU 0.5-0.6x on first contact (1.84 s against
+  3.61 s at 1,000 nodes; 0.46 s against 0.79 s at 256), 0.32-0.37x on a pooled wave (0.43 s against 1.30 s at 1,000;
+  0.087 s against 0.232 s at 256), idle 0.5 % of a core against 3.4 % at 1,000, 7 threads against N + 3, 0.6x the
+  memory at 1,000 nodes. Wall time: the same on first contact (10 ms of sshd per handshake on the same two cores is
+  the bound here), 0.85-0.9x on a pooled wave at 256 and 1,000 nodes (0.82x at 64).
+- Decision: asyncssh is the better owner of a run's connections, by client CPU and threads, not by wall time on this
+  machine, where the nodes' sshd shares the client's cores; on a real cluster the sshd runs on the nodes and the
+  client's CPU becomes the bound, which is where the 2-3x matters (first contact to 1,000 nodes: 1.8 s against 3.6 s
+  of one core). It is worth moving to when a run's connections get one owning process (issue 16): that owner holding
+  1,000 paramiko transports is 1,000 threads and 3.4 % of a core idle, with asyncssh 7 threads and 0.5 %. It is not
+  worth swapping under today's design, in which each prefork worker process calls runners.ssh synchronously and
+  opens its own connections: an event loop per process (and a bridge from synchronous tasks to it) would not remove
+  the 3 x 1,000 connections, and paramiko with 1 s wake-ups already does a pooled wave over 1,000 nodes in 1.96 s.
 """
 
 from __future__ import annotations
