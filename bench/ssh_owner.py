@@ -1,5 +1,6 @@
 """Who should own a run's SSH connections: paramiko threads (rackbench's runners.ssh.Pool) or one asyncssh event loop.
 
+    .venv/bin/pip install -r requirements-bench.txt    # asyncssh, for this bench only
     .venv/bin/python bench/ssh_owner.py [--nodes 64,256,1000] [--rounds 3] [--idle 20] [--pooled 5]
         [--variants paramiko-0.1,paramiko,paramiko-N,asyncssh]
 
