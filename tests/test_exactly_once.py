@@ -203,6 +203,10 @@ def deliver_every_task_twice(campaign: Campaign, *, timeout: float = 240) -> dic
             elif run.status == RunStatus.RUNNING and run.poll_token:
                 run_tasks.run_poll_task.delay(run.pk, run.poll_token)
                 sent["poll"] += 1
+                # A collect delivered early, as a redelivery may: it must do nothing (the collecting state itself
+                # lasts a few tens of ms, between two looks of this loop as often as not).
+                run_tasks.run_collect_task.delay(run.pk)
+                sent["collect"] += 1
             elif run.status == RunStatus.COLLECTING:
                 run_tasks.run_collect_task.delay(run.pk)
                 sent["collect"] += 1
