@@ -213,18 +213,29 @@ OTHER_ATTEMPT_EXIT = 76  # a submit that found the job started by another attemp
 # $1: the start instant (ns since the epoch, the node's clock; 0 or none: at once). The submit that starts it has
 # checked that the instant is not past; should the launcher itself run after it (a node too loaded to fork it in
 # time), it starts at once, and its ``started`` shows by how much: the run's provenance keeps each host's offset.
-# The wait is one sleep computed from date's nanoseconds (GNU date). The start is recorded without a process of its
-# own between the wake-up and command.sh: ``: > started`` (a shell builtin) stamps the file's modification time,
-# turned into ns in its content once the command has ended (``date -r``). Its resolution is the kernel's file
-# timestamps' (a clock tick, 1-4 ms, and up to a tick behind the clock): on 256 lab nodes waking together on two
-# cores, one ``date`` each before its command doubled the measured spread. Once the exit code is there, a few bytes
-# into the FIFO ``ended`` (made with the job's files) wake whoever waits for the end (``job_state``); opened
-# read-write, it never blocks, and with nobody waiting the bytes are gone once it is closed.
+# The wait, where the node has bash: one bash reads its clock (EPOCHREALTIME, a variable: no process) and times out a
+# read on the job's FIFO (nobody writes to it before the end) for what is left, so no process starts between reading
+# the clock and starting the timer (``sleep "$(( at - $(date +%s%N) ))"`` forks two there: under a submit wave, a
+# launcher woke as late as its timer started after its clock read). Without bash or the FIFO, that one sleep
+# (GNU date). The start is recorded without a process of its own between the wake-up and command.sh: ``: > started``
+# (a shell builtin) stamps the file's modification time, turned into ns in its content once the command has ended
+# (``date -r``). Its resolution is the kernel's file timestamps' (a clock tick, 1-4 ms, and up to a tick behind the
+# clock): on 256 lab nodes waking together on two cores, one ``date`` each before its command doubled the measured
+# spread. Once the exit code is there, a few bytes into the FIFO ``ended`` (made with the job's files) wake whoever
+# waits for the end (``job_state``); opened read-write, it never blocks, and with nobody waiting the bytes are gone
+# once it is closed.
 LAUNCHER = """#!/bin/sh
 # Written by rackbench. Runs command.sh detached at its start instant; the files beside it are the job's state.
 cd "$(dirname "$0")" || exit 90
 echo $$ > pid.tmp && mv pid.tmp pid
-if [ "${1:-0}" -gt 0 ]; then
+WAIT='at=$(( $1 / 1000 ))
+while now=${EPOCHREALTIME/[.,]/}; [ -n "$now" ] || now=$(( $(date +%s%N) / 1000 )); (( at > now )); do
+  left=$(( at - now )); printf -v frac %06d $(( left % 1000000 ))
+  read -r -t "$(( left / 1000000 )).$frac" -u 3 _ || [ $? -gt 128 ] || sleep 0.001
+done'
+if [ "${1:-0}" -gt 0 ] && [ -p ended ] && command -v bash > /dev/null 2>&1; then
+  bash -c "$WAIT" wait "$1" 3<>ended 2>/dev/null
+elif [ "${1:-0}" -gt 0 ]; then
   delay=$(( $1 - $(date +%s%N) ))
   [ "$delay" -gt 0 ] && sleep "$(( delay / 1000000000 )).$(printf %09d $(( delay % 1000000000 )))"
 fi
