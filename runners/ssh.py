@@ -215,10 +215,8 @@ class Pool:
         with lock:
             self._close_retired()
             client = self._clients.get(endpoint)
-            transport = client.get_transport() if client else None
-            if client and transport and transport.is_active():
-                age = time.monotonic() - self._opened.get(endpoint, 0.0)
-                if not self.timeouts.max_age or age < self.timeouts.max_age:
+            if client and _alive(client):
+                if self._young(endpoint):
                     return client
                 with self._lock:  # too old: another thread may still be reading from it
                     self._retired.append((time.monotonic() + self.timeouts.command + 5, client))
@@ -234,11 +232,12 @@ class Pool:
         """Whether the next use of ``endpoint`` finds an open connection young enough to be reused (no handshake)."""
         with self._lock:
             client = self._clients.get(endpoint)
-            opened = self._opened.get(endpoint, 0.0)
-        transport = client.get_transport() if client else None
-        if not (transport and transport.is_active()):
-            return False
-        return not self.timeouts.max_age or time.monotonic() - opened < self.timeouts.max_age
+        return client is not None and _alive(client) and self._young(endpoint)
+
+    def _young(self, endpoint: Endpoint) -> bool:
+        """Whether the endpoint's connection is within ``Timeouts.max_age`` (always, with no bound)."""
+        age = time.monotonic() - self._opened.get(endpoint, 0.0)
+        return not self.timeouts.max_age or age < self.timeouts.max_age
 
     def _close_retired(self) -> None:
         now = time.monotonic()
@@ -424,6 +423,11 @@ class _SFTPSession:
         if exc_type is not None and issubclass(exc_type, (paramiko.SSHException, EOFError, socket.timeout)):
             self.pool.discard(self.endpoint)
             raise TransientSSHError(self.endpoint, f"SFTP failed: {exc or exc_type.__name__}") from None
+
+
+def _alive(client: paramiko.SSHClient) -> bool:
+    transport = client.get_transport()
+    return transport is not None and transport.is_active()
 
 
 def _drain(channel: paramiko.Channel, *, deadline: float) -> tuple[str | None, str | None]:

@@ -16,6 +16,7 @@ from django.test import Client
 from campaigns import baselines, selectors, services
 from campaigns.models import Campaign, CampaignStatus, PointSummary, Result, Run, RunStatus
 from plugins.benchmarks.base import Metric
+from tests.test_compare_sql import assert_same
 
 _sequence = count(1)
 SUMMARY = ("campaign_id", "point", "name", "labels_text", "unit", "n", "mean", "stdev", "low", "high", "median")
@@ -74,21 +75,6 @@ def assert_fresh(*campaigns: Campaign) -> None:
     sets: list[tuple[str, Campaign, list[int] | None]] = [(c.name, c, None) for c in campaigns]
     if len(sets) > 1:
         assert_same(selectors.compare(sets=sets, in_sql=False), selectors.compare(sets=sets))
-
-
-def assert_same(a: Any, b: Any, where: str = "") -> None:
-    if isinstance(a, dict):
-        assert isinstance(b, dict) and set(a) == set(b), where
-        for k in a:
-            assert_same(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, list):
-        assert isinstance(b, list) and len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            assert_same(x, y, f"{where}[{i}]")
-    elif isinstance(a, float) and not isinstance(b, bool):
-        assert b == pytest.approx(a, rel=1e-12, abs=1e-12), where
-    else:
-        assert a == b, where
 
 
 def cell(c: Campaign, bs: str, metric: str = "bw_bytes") -> baselines.Summary:
